@@ -1,0 +1,74 @@
+package server
+
+import (
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// Config is everything a server agent needs to start. The agent command
+// fills it from flags and the HCL config file.
+type Config struct {
+	// NodeName is the server's human name; defaults to the host name.
+	NodeName string
+	// DataDir holds the node ID, the Raft log and stable store, and the
+	// snapshots. Empty with DevMode means everything is kept in memory.
+	DataDir string
+	// DevMode keeps Raft in memory and bootstraps a single server.
+	DevMode bool
+
+	// RPCAddr is where the multiplexed RPC/Raft listener binds ("ip:port",
+	// port 0 picks a free one). RPCAdvertise is the address other servers
+	// and clients dial; it defaults to the bound address.
+	RPCAddr      string
+	RPCAdvertise string
+	// HTTPAddr is where the HTTP API binds; empty disables it.
+	HTTPAddr string
+
+	// BootstrapExpect is the number of servers to wait for before forming a
+	// cluster; 1 bootstraps alone. 0 means join an existing cluster only.
+	BootstrapExpect int
+	// RetryJoin are RPC addresses of other servers to join, tried until one
+	// answers.
+	RetryJoin []string
+	// RetryJoinInterval is the pause between join rounds.
+	RetryJoinInterval time.Duration
+
+	// RaftConfig lets tests lower timeouts and the snapshot threshold.
+	RaftConfig *raft.Config
+	// RaftTimeout bounds Raft transport operations.
+	RaftTimeout time.Duration
+
+	// RPCHoldTimeout is how long a request waits for a leader to appear
+	// before it fails with the no-leader error.
+	RPCHoldTimeout time.Duration
+
+	// MaxRequestBytes bounds one RPC request and one HTTP body.
+	MaxRequestBytes int64
+
+	// HeartbeatTTL is handed to clients; a node missing heartbeats for longer
+	// than the TTL plus NodeGracePeriod is marked down.
+	HeartbeatTTL    time.Duration
+	NodeGracePeriod time.Duration
+
+	Logger hclog.Logger
+}
+
+// DefaultConfig returns the production defaults.
+func DefaultConfig() *Config {
+	rc := raft.DefaultConfig()
+	rc.SnapshotThreshold = 8192
+	rc.TrailingLogs = 10240
+	return &Config{
+		RPCAddr:           "127.0.0.1:4647",
+		HTTPAddr:          "127.0.0.1:4646",
+		RetryJoinInterval: 2 * time.Second,
+		RaftConfig:        rc,
+		RaftTimeout:       10 * time.Second,
+		RPCHoldTimeout:    5 * time.Second,
+		MaxRequestBytes:   4 << 20,
+		HeartbeatTTL:      10 * time.Second,
+		NodeGracePeriod:   10 * time.Second,
+	}
+}

@@ -1,0 +1,285 @@
+package structs
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// CSIVolumeClaimMode says whether a claim reads or writes.
+type CSIVolumeClaimMode int
+
+const (
+	CSIVolumeClaimRead  CSIVolumeClaimMode = 0
+	CSIVolumeClaimWrite CSIVolumeClaimMode = 1
+)
+
+func (m CSIVolumeClaimMode) String() string {
+	if m == CSIVolumeClaimWrite {
+		return "write"
+	}
+	return "read"
+}
+
+// CSIVolumeClaimState is where a claim is in its life. The numbers follow
+// Nomad's wire values; the order of release is taken → unpublishing →
+// node-detached → controller-detached → ready-to-free → (removed).
+type CSIVolumeClaimState int
+
+const (
+	CSIVolumeClaimStateTaken              CSIVolumeClaimState = 0
+	CSIVolumeClaimStateNodeDetached       CSIVolumeClaimState = 1
+	CSIVolumeClaimStateControllerDetached CSIVolumeClaimState = 2
+	CSIVolumeClaimStateReadyToFree        CSIVolumeClaimState = 3
+	CSIVolumeClaimStateUnpublishing       CSIVolumeClaimState = 4
+)
+
+func (s CSIVolumeClaimState) String() string {
+	switch s {
+	case CSIVolumeClaimStateTaken:
+		return "taken"
+	case CSIVolumeClaimStateNodeDetached:
+		return "node-detached"
+	case CSIVolumeClaimStateControllerDetached:
+		return "controller-detached"
+	case CSIVolumeClaimStateReadyToFree:
+		return "ready-to-free"
+	case CSIVolumeClaimStateUnpublishing:
+		return "unpublishing"
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// CSIVolumeClaim is one allocation's hold on a volume, with everything a
+// later release needs, so a release never has to ask anyone for it again.
+type CSIVolumeClaim struct {
+	AllocationID   string
+	NodeID         string
+	ExternalNodeID string
+	Mode           CSIVolumeClaimMode
+	AccessMode     CSIVolumeAccessMode
+	AttachmentMode CSIVolumeAttachmentMode
+	ReadOnly       bool
+	// PublishContext is what ControllerPublish returned; it goes to the node
+	// plugin. It can carry credentials and is never shown by the API.
+	PublishContext map[string]string
+	State          CSIVolumeClaimState
+
+	// Release bookkeeping, stamped by the leader.
+	Attempts    int
+	LastError   string
+	NextAttempt int64
+	ClaimedAt   int64
+}
+
+// Copy returns a deep copy.
+func (c *CSIVolumeClaim) Copy() *CSIVolumeClaim {
+	if c == nil {
+		return nil
+	}
+	cc := *c
+	cc.PublishContext = maps.Clone(c.PublishContext)
+	return &cc
+}
+
+func copyClaims(m map[string]*CSIVolumeClaim) map[string]*CSIVolumeClaim {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]*CSIVolumeClaim, len(m))
+	for k, c := range m {
+		out[k] = c.Copy()
+	}
+	return out
+}
+
+func (c *CSIVolumeClaim) describe() string {
+	return fmt.Sprintf("allocation %q on node %q holds a %s claim (%s)", c.AllocationID, c.NodeID, c.Mode, c.AccessMode)
+}
+
+// ClaimErr builds the typed error of a refused claim: it names the volume,
+// the allocation and, where there is one, the conflicting claim.
+func claimErr(code ErrorCode, v *CSIVolume, c *CSIVolumeClaim, why string) error {
+	return NewError(code, "volume %q: allocation %q cannot take a %s claim: %s", v.ID, c.AllocationID, c.Mode, why)
+}
+
+// ValidateClaimRequest checks the shape of a claim before any state is read.
+func (c *CSIVolumeClaim) ValidateRequest() error {
+	var m MultiError
+	if c.AllocationID == "" {
+		m.Add("missing allocation id")
+	}
+	if c.NodeID == "" {
+		m.Add("missing node id")
+	}
+	if c.Mode != CSIVolumeClaimRead && c.Mode != CSIVolumeClaimWrite {
+		m.Add("unknown claim mode %d", c.Mode)
+	}
+	if !c.AccessMode.Valid() {
+		m.Add("unknown access mode %q", c.AccessMode)
+	}
+	if !c.AttachmentMode.Valid() {
+		m.Add("unknown attachment mode %q", c.AttachmentMode)
+	}
+	if c.Mode == CSIVolumeClaimWrite && c.AccessMode.Valid() && !c.AccessMode.IsWriter() {
+		m.Add("a write claim cannot use the reader-only access mode %q", c.AccessMode)
+	}
+	return m.ErrorOrNil("claim")
+}
+
+// CheckClaim applies the claim rules to a new claim (state taken) against the
+// volume as it is now, without changing it. The volume's plugin health must
+// already be derived (Schedulable). It returns nil when the claim may be
+// written, including when it repeats a claim the allocation already holds.
+func (v *CSIVolume) CheckClaim(c *CSIVolumeClaim) error {
+	if err := c.ValidateRequest(); err != nil {
+		return Wrap(err, "volume %q", v.ID)
+	}
+	if held := v.ReadClaims[c.AllocationID]; held != nil && c.Mode == CSIVolumeClaimRead {
+		return nil
+	}
+	if held := v.WriteClaims[c.AllocationID]; held != nil {
+		// A writer asking again, or asking to read, keeps what it holds.
+		return nil
+	}
+	if past := v.PastClaims[c.AllocationID]; past != nil {
+		return claimErr(ErrCodeConflict, v, c, fmt.Sprintf("its earlier claim is being released (%s)", past.State))
+	}
+	if !v.HasCapability(c.AccessMode, c.AttachmentMode) {
+		return claimErr(ErrCodeInvalid, v, c, fmt.Sprintf("%s/%s is not among the volume's capabilities %s",
+			c.AccessMode, c.AttachmentMode, v.capabilityList()))
+	}
+	if v.AttachmentMode != CSIVolumeAttachmentModeUnknown && c.AttachmentMode != v.AttachmentMode {
+		return claimErr(ErrCodeInvalid, v, c, fmt.Sprintf("cannot change attachment mode of claimed volume from %s to %s",
+			v.AttachmentMode, c.AttachmentMode))
+	}
+	if !v.Schedulable {
+		return claimErr(ErrCodeUnschedulable, v, c, v.unschedulableReason())
+	}
+	mode := v.AccessMode
+	if mode == CSIVolumeAccessModeUnknown {
+		mode = c.AccessMode
+	}
+	// An allocation upgrading its own read claim to a write does not conflict
+	// with itself.
+	readers := otherClaims(v.ReadClaims, c.AllocationID)
+	writers := otherClaims(v.WriteClaims, c.AllocationID)
+	if c.Mode == CSIVolumeClaimRead {
+		switch mode {
+		case CSIVolumeAccessModeSingleNodeReader:
+			if len(readers) > 0 {
+				return claimErr(ErrCodeMaxClaims, v, c, "volume max claims reached: "+readers[0].describe())
+			}
+		case CSIVolumeAccessModeSingleNodeWriter:
+			if len(readers)+len(writers) > 0 {
+				return claimErr(ErrCodeMaxClaims, v, c, "volume max claims reached: "+first(readers, writers).describe())
+			}
+		}
+		return nil
+	}
+	switch mode {
+	case CSIVolumeAccessModeSingleNodeReader, CSIVolumeAccessModeMultiNodeReader:
+		return claimErr(ErrCodeUnschedulable, v, c, fmt.Sprintf("the volume is claimed read-only (%s)", mode))
+	case CSIVolumeAccessModeSingleNodeWriter:
+		if len(readers)+len(writers) > 0 {
+			return claimErr(ErrCodeMaxClaims, v, c, "volume max claims reached: "+first(readers, writers).describe())
+		}
+	case CSIVolumeAccessModeMultiNodeSingleWriter:
+		if len(writers) > 0 {
+			return claimErr(ErrCodeMaxClaims, v, c, "volume max claims reached: "+writers[0].describe())
+		}
+	}
+	return nil
+}
+
+// Claim applies a claim to the volume in place (the caller passes a copy).
+// A claim in state taken is checked with CheckClaim and recorded; a claim in
+// state ready-to-free removes the allocation's claims and, when none remain,
+// resets the current modes; any other state records a release checkpoint in
+// PastClaims while the live claim stays, so the volume stays in use until it
+// is freed.
+func (v *CSIVolume) Claim(c *CSIVolumeClaim) error {
+	switch c.State {
+	case CSIVolumeClaimStateTaken:
+		if err := v.CheckClaim(c); err != nil {
+			return err
+		}
+		if v.WriteClaims[c.AllocationID] != nil ||
+			(c.Mode == CSIVolumeClaimRead && v.ReadClaims[c.AllocationID] != nil) {
+			return nil
+		}
+		cc := c.Copy()
+		if c.Mode == CSIVolumeClaimWrite {
+			delete(v.ReadClaims, c.AllocationID)
+			v.WriteClaims = setClaim(v.WriteClaims, cc)
+		} else {
+			v.ReadClaims = setClaim(v.ReadClaims, cc)
+		}
+		if v.AccessMode == CSIVolumeAccessModeUnknown {
+			v.AccessMode = c.AccessMode
+			v.AttachmentMode = c.AttachmentMode
+		}
+		return nil
+	case CSIVolumeClaimStateReadyToFree:
+		delete(v.ReadClaims, c.AllocationID)
+		delete(v.WriteClaims, c.AllocationID)
+		delete(v.PastClaims, c.AllocationID)
+		if !v.InUse() {
+			v.AccessMode = CSIVolumeAccessModeUnknown
+			v.AttachmentMode = CSIVolumeAttachmentModeUnknown
+		}
+		return nil
+	case CSIVolumeClaimStateUnpublishing, CSIVolumeClaimStateNodeDetached, CSIVolumeClaimStateControllerDetached:
+		v.PastClaims = setClaim(v.PastClaims, c.Copy())
+		return nil
+	}
+	return NewError(ErrCodeInvalid, "volume %q: allocation %q: unknown claim state %d", v.ID, c.AllocationID, c.State)
+}
+
+func setClaim(m map[string]*CSIVolumeClaim, c *CSIVolumeClaim) map[string]*CSIVolumeClaim {
+	if m == nil {
+		m = make(map[string]*CSIVolumeClaim)
+	}
+	m[c.AllocationID] = c
+	return m
+}
+
+// otherClaims lists the claims not held by alloc, in a stable order so that
+// errors name the same conflicting claim every time.
+func otherClaims(m map[string]*CSIVolumeClaim, alloc string) []*CSIVolumeClaim {
+	var out []*CSIVolumeClaim
+	for _, id := range slices.Sorted(maps.Keys(m)) {
+		if id != alloc {
+			out = append(out, m[id])
+		}
+	}
+	return out
+}
+
+func first(a, b []*CSIVolumeClaim) *CSIVolumeClaim {
+	if len(a) > 0 {
+		return a[0]
+	}
+	return b[0]
+}
+
+func (v *CSIVolume) capabilityList() string {
+	s := ""
+	for i, c := range v.RequestedCapabilities {
+		if i > 0 {
+			s += ", "
+		}
+		s += c.String()
+	}
+	return "[" + s + "]"
+}
+
+func (v *CSIVolume) unschedulableReason() string {
+	switch {
+	case v.NodesHealthy == 0:
+		return fmt.Sprintf("volume is currently unschedulable: plugin %q has no healthy node plugins", v.PluginID)
+	case v.ControllerRequired && v.ControllersHealthy == 0:
+		return fmt.Sprintf("volume is currently unschedulable: plugin %q requires a controller and has no healthy controllers", v.PluginID)
+	}
+	return "volume is currently unschedulable"
+}

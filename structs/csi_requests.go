@@ -1,0 +1,102 @@
+package structs
+
+// CSIVolumeRegisterRequest registers (or updates) one or many volumes, all or
+// nothing.
+type CSIVolumeRegisterRequest struct {
+	Volumes []*CSIVolume
+	// Timestamp is stamped by the leader before the Raft apply.
+	Timestamp int64
+	WriteRequest
+}
+
+// CSIVolumeRegisterResponse returns the index of the write.
+type CSIVolumeRegisterResponse struct {
+	Warnings []string
+	QueryMeta
+}
+
+// CSIVolumeDeregisterRequest removes volumes from state, all or nothing.
+type CSIVolumeDeregisterRequest struct {
+	VolumeIDs []string
+	// Force allows removing a claimed volume when every claiming allocation
+	// is terminal or gone. It changes state only: the plugin is not asked to
+	// unpublish anything.
+	Force bool
+	WriteRequest
+}
+
+// CSIVolumeDeregisterResponse returns the index of the write.
+type CSIVolumeDeregisterResponse struct {
+	Warnings []string
+	QueryMeta
+}
+
+// CSIVolumeClaimRequest writes a claim (state taken) or a release checkpoint
+// (any other state) for one allocation on one volume.
+type CSIVolumeClaimRequest struct {
+	VolumeID string
+	Claim    *CSIVolumeClaim
+	// NodeSecretID authenticates a client's claim.
+	NodeSecretID string
+	// Timestamp is stamped by the leader before the Raft apply.
+	Timestamp int64
+	WriteRequest
+}
+
+// CSIVolumeClaimResponse returns what the client needs to publish.
+type CSIVolumeClaimResponse struct {
+	PublishContext map[string]string
+	Volume         *CSIVolume
+	QueryMeta
+}
+
+// CSIVolumeGetRequest reads one volume.
+type CSIVolumeGetRequest struct {
+	ID string
+	QueryOptions
+}
+
+// CSIVolumeGetResponse carries one volume (sanitized when it leaves the
+// servers), or nil when unknown.
+type CSIVolumeGetResponse struct {
+	Volume *CSIVolume
+	QueryMeta
+}
+
+// CSIVolumeListRequest lists volumes in a namespace, optionally those of one
+// plugin or with an ID prefix (QueryOptions.Prefix), a page at a time.
+type CSIVolumeListRequest struct {
+	PluginID string
+	NodeID   string
+	QueryOptions
+}
+
+// CSIVolumeListResponse carries one page of stubs; NextToken in QueryMeta
+// names the first volume of the next page.
+type CSIVolumeListResponse struct {
+	Volumes []*CSIVolListStub
+	QueryMeta
+}
+
+// CSIPluginListRequest lists plugins, by ID prefix.
+type CSIPluginListRequest struct {
+	QueryOptions
+}
+
+// CSIPluginListResponse carries plugin stubs.
+type CSIPluginListResponse struct {
+	Plugins []*CSIPluginListStub
+	QueryMeta
+}
+
+// CSIPluginGetRequest reads one plugin.
+type CSIPluginGetRequest struct {
+	ID string
+	QueryOptions
+}
+
+// CSIPluginGetResponse carries one plugin, or nil when unknown.
+type CSIPluginGetResponse struct {
+	Plugin *CSIPlugin
+	QueryMeta
+}

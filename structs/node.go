@@ -1,0 +1,210 @@
+package structs
+
+import (
+	"fmt"
+	"maps"
+	"time"
+)
+
+// Node statuses.
+const (
+	NodeStatusInit  = "initializing"
+	NodeStatusReady = "ready"
+	NodeStatusDown  = "down"
+)
+
+// ValidNodeStatus reports whether s is a known node status.
+func ValidNodeStatus(s string) bool {
+	return s == NodeStatusInit || s == NodeStatusReady || s == NodeStatusDown
+}
+
+// Node is a client agent's machine.
+type Node struct {
+	ID   string
+	Name string
+	// SecretID authenticates the node's own calls. It is never returned by
+	// the HTTP API (json:"-") but travels on the RPC wire (codec tags only).
+	SecretID   string `json:"-"`
+	Datacenter string
+	// Address is where the node's agent runs, for display.
+	Address    string
+	Attributes map[string]string
+
+	Status            string
+	StatusDescription string
+	StatusUpdatedAt   int64
+
+	// Fingerprints of the CSI plugins the node runs, by plugin ID.
+	CSIControllerPlugins map[string]*CSIInfo
+	CSINodePlugins       map[string]*CSIInfo
+
+	CreateIndex uint64
+	ModifyIndex uint64
+}
+
+// Copy returns a deep copy.
+func (n *Node) Copy() *Node {
+	if n == nil {
+		return nil
+	}
+	c := *n
+	c.Attributes = maps.Clone(n.Attributes)
+	c.CSIControllerPlugins = copyInfoMap(n.CSIControllerPlugins)
+	c.CSINodePlugins = copyInfoMap(n.CSINodePlugins)
+	return &c
+}
+
+func copyInfoMap(m map[string]*CSIInfo) map[string]*CSIInfo {
+	if m == nil {
+		return nil
+	}
+	return copyInfos(m)
+}
+
+// PluginsEqual reports whether two fingerprint maps are the same, ignoring
+// update times.
+func PluginsEqual(a, b map[string]*CSIInfo) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !v.Equal(b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate checks a node as a client registers it.
+func (n *Node) Validate() error {
+	var m MultiError
+	if err := ValidateID("node id", n.ID); err != nil {
+		m.AddErr(err)
+	}
+	if n.SecretID == "" {
+		m.Add("missing node secret")
+	}
+	if n.Name == "" {
+		m.Add("missing node name")
+	} else if len(n.Name) > MaxNameLength {
+		m.Add("node name is longer than %d characters", MaxNameLength)
+	}
+	if n.Status != "" && !ValidNodeStatus(n.Status) {
+		m.Add("unknown node status %q", n.Status)
+	}
+	validateFingerprints(&m, n.CSIControllerPlugins, true)
+	validateFingerprints(&m, n.CSINodePlugins, false)
+	subject := "node"
+	if n.ID != "" {
+		subject = fmt.Sprintf("node %q", n.ID)
+	}
+	return m.ErrorOrNil(subject)
+}
+
+func validateFingerprints(m *MultiError, infos map[string]*CSIInfo, controller bool) {
+	for id, info := range infos {
+		switch {
+		case info == nil:
+			m.Add("plugin %q: empty fingerprint", id)
+		case info.PluginID != id:
+			m.Add("plugin %q: fingerprint names plugin %q", id, info.PluginID)
+		case controller && info.ControllerInfo == nil:
+			m.Add("plugin %q: controller fingerprint without controller info", id)
+		case !controller && info.NodeInfo == nil:
+			m.Add("plugin %q: node fingerprint without node info", id)
+		default:
+			m.AddErr(info.Validate())
+		}
+	}
+}
+
+// Stub returns the list view.
+func (n *Node) Stub() *NodeListStub {
+	s := &NodeListStub{
+		ID:                n.ID,
+		Name:              n.Name,
+		Datacenter:        n.Datacenter,
+		Address:           n.Address,
+		Status:            n.Status,
+		StatusDescription: n.StatusDescription,
+		StatusUpdatedAt:   n.StatusUpdatedAt,
+		CreateIndex:       n.CreateIndex,
+		ModifyIndex:       n.ModifyIndex,
+	}
+	s.CSIControllerPlugins = sortedKeys(n.CSIControllerPlugins)
+	s.CSINodePlugins = sortedKeys(n.CSINodePlugins)
+	return s
+}
+
+// NodeListStub is the list view of a node.
+type NodeListStub struct {
+	ID                   string
+	Name                 string
+	Datacenter           string
+	Address              string
+	Status               string
+	StatusDescription    string
+	StatusUpdatedAt      int64
+	CSIControllerPlugins []string
+	CSINodePlugins       []string
+	CreateIndex          uint64
+	ModifyIndex          uint64
+}
+
+// NodeRegisterRequest registers a node, or re-registers it after a restart.
+type NodeRegisterRequest struct {
+	Node *Node
+	WriteRequest
+}
+
+// NodeUpdateStatusRequest is a client's heartbeat: its status and, when they
+// changed, its plugin fingerprints. Fingerprints that are nil mean "no change";
+// an empty map means "none any more".
+type NodeUpdateStatusRequest struct {
+	NodeID               string
+	SecretID             string
+	Status               string
+	CSIControllerPlugins map[string]*CSIInfo
+	CSINodePlugins       map[string]*CSIInfo
+	// UpdatedAt is stamped by the leader before the Raft apply.
+	UpdatedAt int64
+	WriteRequest
+}
+
+// NodeUpdateResponse answers register and heartbeat calls.
+type NodeUpdateResponse struct {
+	// HeartbeatTTL is how long the servers wait for the next heartbeat.
+	HeartbeatTTL time.Duration
+	// Servers are the RPC addresses of the servers, for failover.
+	Servers []string
+	QueryMeta
+}
+
+// NodeDeregisterRequest removes nodes from state.
+type NodeDeregisterRequest struct {
+	NodeIDs []string
+	WriteRequest
+}
+
+// NodeSpecificRequest reads one node.
+type NodeSpecificRequest struct {
+	NodeID string
+	QueryOptions
+}
+
+// SingleNodeResponse carries one node, nil when unknown.
+type SingleNodeResponse struct {
+	Node *Node
+	QueryMeta
+}
+
+// NodeListRequest lists nodes, by ID prefix.
+type NodeListRequest struct {
+	QueryOptions
+}
+
+// NodeListResponse carries node stubs.
+type NodeListResponse struct {
+	Nodes []*NodeListStub
+	QueryMeta
+}
