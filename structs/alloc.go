@@ -62,3 +62,11 @@ func (a *Allocation) ServerTerminal() bool {
 
 // Terminal reports whether the allocation is terminal on either side.
 func (a *Allocation) Terminal() bool { return a.ClientTerminal() || a.ServerTerminal() }
+
+// AllocUpdateRequest writes allocations (placement and status updates).
+type AllocUpdateRequest struct {
+	Allocs []*Allocation
+	// Timestamp is stamped by the leader before the Raft apply.
+	Timestamp int64
+	WriteRequest
+}
