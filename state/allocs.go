@@ -1,0 +1,124 @@
+package state
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/volplane/volplane/structs"
+)
+
+func allocsTableSchema() *memdb.TableSchema {
+	return &memdb.TableSchema{
+		Name: TableAllocs,
+		Indexes: map[string]*memdb.IndexSchema{
+			indexID: idIndex(),
+			// An allocation not placed yet has no node; it is simply not in
+			// this index.
+			indexNode: {
+				Name:         indexNode,
+				AllowMissing: true,
+				Indexer:      &memdb.StringFieldIndex{Field: "NodeID"},
+			},
+			indexJob: {
+				Name:         indexJob,
+				AllowMissing: true,
+				Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+					&memdb.StringFieldIndex{Field: "Namespace"},
+					&memdb.StringFieldIndex{Field: "JobID"},
+				}},
+			},
+		},
+	}
+}
+
+// UpsertAllocs writes allocations (placements and status updates), all or
+// nothing. CreateIndex and CreateTime of an existing allocation are kept.
+func (s *StateStore) UpsertAllocs(index uint64, allocs []*structs.Allocation) error {
+	txn := s.writeTxn()
+	defer txn.Abort()
+	for _, a := range allocs {
+		if err := upsertAllocTxn(txn, index, a); err != nil {
+			return err
+		}
+	}
+	return commit(txn, index)
+}
+
+func upsertAllocTxn(txn *memdb.Txn, index uint64, alloc *structs.Allocation) error {
+	if alloc == nil || alloc.ID == "" {
+		return structs.ErrInvalid("alloc upsert: missing allocation id")
+	}
+	existing, err := allocByIDTxn(txn, nil, alloc.ID)
+	if err != nil {
+		return err
+	}
+	a := alloc.Copy()
+	if existing == nil {
+		a.CreateIndex, a.ModifyIndex = index, index
+		return insertAllocTxn(txn, a)
+	}
+	a.CreateIndex, a.CreateTime = existing.CreateIndex, existing.CreateTime
+	a.ModifyIndex, a.ModifyTime = existing.ModifyIndex, existing.ModifyTime
+	if *a == *existing {
+		return nil
+	}
+	a.ModifyIndex, a.ModifyTime = index, alloc.ModifyTime
+	return insertAllocTxn(txn, a)
+}
+
+func insertAllocTxn(txn *memdb.Txn, a *structs.Allocation) error {
+	if err := txn.Insert(TableAllocs, a); err != nil {
+		return fmt.Errorf("state: writing allocation %q: %w", a.ID, err)
+	}
+	return nil
+}
+
+// AllocByID returns the allocation, or nil when it is unknown.
+func (s *StateStore) AllocByID(ws memdb.WatchSet, id string) (*structs.Allocation, error) {
+	return allocByIDTxn(s.db.Txn(false), ws, id)
+}
+
+func allocByIDTxn(txn *memdb.Txn, ws memdb.WatchSet, id string) (*structs.Allocation, error) {
+	ch, raw, err := txn.FirstWatch(TableAllocs, indexID, id)
+	if err != nil {
+		return nil, fmt.Errorf("state: reading allocation %q: %w", id, err)
+	}
+	watch(ws, ch)
+	if raw == nil {
+		return nil, nil
+	}
+	return raw.(*structs.Allocation), nil
+}
+
+// Allocs iterates over every allocation (*structs.Allocation), by ID.
+func (s *StateStore) Allocs(ws memdb.WatchSet) (memdb.ResultIterator, error) {
+	return getWatch(s.db.Txn(false), ws, TableAllocs, indexID)
+}
+
+// AllocsByNode returns the allocations placed on a node, by ID.
+func (s *StateStore) AllocsByNode(ws memdb.WatchSet, nodeID string) ([]*structs.Allocation, error) {
+	return collectAllocs(s.db.Txn(false), ws, indexNode, nodeID)
+}
+
+// AllocsByJob returns the allocations of a job, by ID.
+func (s *StateStore) AllocsByJob(ws memdb.WatchSet, namespace, jobID string) ([]*structs.Allocation, error) {
+	return collectAllocs(s.db.Txn(false), ws, indexJob, namespace, jobID)
+}
+
+func collectAllocs(txn *memdb.Txn, ws memdb.WatchSet, index string, args ...any) ([]*structs.Allocation, error) {
+	iter, err := getWatch(txn, ws, TableAllocs, index, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []*structs.Allocation
+	for raw := iter.Next(); raw != nil; raw = iter.Next() {
+		out = append(out, raw.(*structs.Allocation))
+	}
+	return out, nil
+}
+
+// AllocRestore restores one allocation as persisted.
+func (r *StateRestore) AllocRestore(a *structs.Allocation) error {
+	return insertAllocTxn(r.txn, a)
+}

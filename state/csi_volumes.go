@@ -1,0 +1,495 @@
+package state
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// AllNamespaces, given as a namespace to the volume reads, means every
+// namespace.
+const AllNamespaces = "*"
+
+func csiVolumesTableSchema() *memdb.TableSchema {
+	return &memdb.TableSchema{
+		Name: TableCSIVolumes,
+		Indexes: map[string]*memdb.IndexSchema{
+			// Volume IDs are unique per namespace. The compound key sorts by
+			// namespace, then ID, which is the order of paginated lists.
+			indexID: {
+				Name:   indexID,
+				Unique: true,
+				Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+					&memdb.StringFieldIndex{Field: "Namespace"},
+					&memdb.StringFieldIndex{Field: "ID"},
+				}},
+			},
+			// Non-unique: memdb appends the primary key, so the volumes of one
+			// plugin also come out by namespace, then ID.
+			indexPluginID: {
+				Name:    indexPluginID,
+				Indexer: &memdb.StringFieldIndex{Field: "PluginID"},
+			},
+		},
+	}
+}
+
+// UpsertCSIVolume registers volumes or updates them, all or nothing. Claims
+// and the current access and attachment modes are the claim path's to change:
+// an update keeps the stored ones whatever the request says, and a new
+// volume starts with none.
+func (s *StateStore) UpsertCSIVolume(index uint64, vols []*structs.CSIVolume) error {
+	txn := s.writeTxn()
+	defer txn.Abort()
+	for _, v := range vols {
+		if err := upsertCSIVolumeTxn(txn, index, v); err != nil {
+			return err
+		}
+	}
+	return commit(txn, index)
+}
+
+func upsertCSIVolumeTxn(txn *memdb.Txn, index uint64, vol *structs.CSIVolume) error {
+	switch {
+	case vol == nil:
+		return structs.ErrInvalid("volume register: empty volume")
+	case vol.ID == "":
+		return structs.ErrInvalid("volume register: missing volume id")
+	case vol.Namespace == "":
+		return structs.ErrInvalid("volume %q: missing namespace", vol.ID)
+	case vol.PluginID == "":
+		return structs.ErrInvalid("volume %q: missing plugin id", vol.ID)
+	}
+	plugin, err := pluginByIDTxn(txn, nil, vol.PluginID)
+	if err != nil {
+		return err
+	}
+	if plugin == nil {
+		return structs.ErrNotFound("volume %q: no CSI plugin named %q could be found", vol.ID, vol.PluginID)
+	}
+	existing, err := volumeByIDTxn(txn, nil, vol.Namespace, vol.ID)
+	if err != nil {
+		return err
+	}
+
+	v := vol.Copy()
+	if existing == nil {
+		v.ReadClaims, v.WriteClaims, v.PastClaims = nil, nil, nil
+		v.AccessMode = structs.CSIVolumeAccessModeUnknown
+		v.AttachmentMode = structs.CSIVolumeAttachmentModeUnknown
+		v.CreateIndex, v.ModifyIndex = index, index
+		return insertVolumeTxn(txn, v)
+	}
+
+	// The external ID and the plugin are how every plugin call finds the
+	// volume; changing them under live claims would strand those claims.
+	if v.ExternalID != existing.ExternalID || v.PluginID != existing.PluginID {
+		return structs.ErrConflict("volume %q identity cannot be updated (external id %q, plugin %q)",
+			v.ID, existing.ExternalID, existing.PluginID)
+	}
+	kept := existing.Copy()
+	v.ReadClaims, v.WriteClaims, v.PastClaims = kept.ReadClaims, kept.WriteClaims, kept.PastClaims
+	v.AccessMode, v.AttachmentMode = existing.AccessMode, existing.AttachmentMode
+	v.CreateIndex, v.CreateTime = existing.CreateIndex, existing.CreateTime
+	normalizeVolume(v)
+	if volumesEqual(existing, v) {
+		return nil
+	}
+	v.ModifyIndex = index
+	return insertVolumeTxn(txn, v)
+}
+
+// insertVolumeTxn stores v, which the caller owns, without its derived plugin
+// fields: those are computed on every read so they are never stale.
+func insertVolumeTxn(txn *memdb.Txn, v *structs.CSIVolume) error {
+	normalizeVolume(v)
+	setVolumeHealth(v, nil)
+	if err := txn.Insert(TableCSIVolumes, v); err != nil {
+		return fmt.Errorf("state: writing volume %q: %w", v.ID, err)
+	}
+	return nil
+}
+
+// normalizeVolume turns empty maps and lists into nil, so that the no-op
+// check does not see a change where a request only spelled "none"
+// differently.
+func normalizeVolume(v *structs.CSIVolume) {
+	if len(v.RequestedCapabilities) == 0 {
+		v.RequestedCapabilities = nil
+	}
+	if len(v.Secrets) == 0 {
+		v.Secrets = nil
+	}
+	if len(v.Parameters) == 0 {
+		v.Parameters = nil
+	}
+	if len(v.Context) == 0 {
+		v.Context = nil
+	}
+	if len(v.Topologies) == 0 {
+		v.Topologies = nil
+	}
+	if len(v.ReadClaims) == 0 {
+		v.ReadClaims = nil
+	}
+	if len(v.WriteClaims) == 0 {
+		v.WriteClaims = nil
+	}
+	if len(v.PastClaims) == 0 {
+		v.PastClaims = nil
+	}
+}
+
+// volumesEqual compares two volumes as stored, ignoring the modify index and
+// time and the derived fields.
+func volumesEqual(a, b *structs.CSIVolume) bool {
+	x, y := *a, *b
+	x.ModifyIndex, y.ModifyIndex = 0, 0
+	x.ModifyTime, y.ModifyTime = 0, 0
+	setVolumeHealth(&x, nil)
+	setVolumeHealth(&y, nil)
+	return reflect.DeepEqual(&x, &y)
+}
+
+// pluginHealth is what a volume reads from its plugin.
+type pluginHealth struct {
+	schedulable         bool
+	controllerRequired  bool
+	controllersHealthy  int
+	controllersExpected int
+	nodesHealthy        int
+	nodesExpected       int
+}
+
+// healthOf derives a volume's view of its plugin; a missing plugin leaves the
+// volume unschedulable with zero counts.
+func healthOf(p *structs.CSIPlugin) pluginHealth {
+	if p == nil {
+		return pluginHealth{}
+	}
+	return pluginHealth{
+		schedulable:         p.NodesHealthy > 0 && (!p.ControllerRequired || p.ControllersHealthy > 0),
+		controllerRequired:  p.ControllerRequired,
+		controllersHealthy:  p.ControllersHealthy,
+		controllersExpected: p.ControllersExpected,
+		nodesHealthy:        p.NodesHealthy,
+		nodesExpected:       p.NodesExpected,
+	}
+}
+
+// setVolumeHealth sets the derived fields from the plugin (nil zeroes them).
+func setVolumeHealth(v *structs.CSIVolume, p *structs.CSIPlugin) {
+	h := healthOf(p)
+	v.Schedulable = h.schedulable
+	v.ControllerRequired = h.controllerRequired
+	v.ControllersHealthy, v.ControllersExpected = h.controllersHealthy, h.controllersExpected
+	v.NodesHealthy, v.NodesExpected = h.nodesHealthy, h.nodesExpected
+}
+
+func setStubHealth(s *structs.CSIVolListStub, h pluginHealth) {
+	s.Schedulable = h.schedulable
+	s.ControllerRequired = h.controllerRequired
+	s.ControllersHealthy, s.ControllersExpected = h.controllersHealthy, h.controllersExpected
+	s.NodesHealthy, s.NodesExpected = h.nodesHealthy, h.nodesExpected
+}
+
+// CSIVolumeDeregister removes volumes, all or nothing. A volume with any
+// claim is refused, unless force is set and every claiming allocation is
+// terminal or gone: force only cleans up after allocations that can no longer
+// release the volume themselves, it never takes a volume from a live one.
+func (s *StateStore) CSIVolumeDeregister(index uint64, namespace string, ids []string, force bool) error {
+	txn := s.writeTxn()
+	defer txn.Abort()
+	if len(ids) == 0 {
+		return structs.ErrInvalid("volume deregister: no volume ids given")
+	}
+	for _, id := range ids {
+		if err := deregisterCSIVolumeTxn(txn, namespace, id, force); err != nil {
+			return err
+		}
+	}
+	return commit(txn, index)
+}
+
+func deregisterCSIVolumeTxn(txn *memdb.Txn, namespace, id string, force bool) error {
+	vol, err := volumeByIDTxn(txn, nil, namespace, id)
+	if err != nil {
+		return err
+	}
+	if vol == nil {
+		return structs.ErrNotFound("volume %q not found", id)
+	}
+	if vol.InUse() {
+		allocs := claimingAllocs(vol)
+		if !force {
+			return structs.ErrConflict("volume %q is in use by allocations %q", id, allocs)
+		}
+		for _, allocID := range allocs {
+			a, err := allocByIDTxn(txn, nil, allocID)
+			if err != nil {
+				return err
+			}
+			if a != nil && !a.Terminal() {
+				return structs.ErrConflict("volume %q cannot be force-deregistered: allocation %q holding it is not terminal", id, allocID)
+			}
+		}
+	}
+	if err := txn.Delete(TableCSIVolumes, vol); err != nil {
+		return fmt.Errorf("state: deleting volume %q: %w", id, err)
+	}
+	return deletePluginIfUnusedTxn(txn, vol.PluginID)
+}
+
+// claimingAllocs lists, sorted, every allocation with a live or past claim.
+func claimingAllocs(v *structs.CSIVolume) []string {
+	ids := map[string]struct{}{}
+	for _, m := range []map[string]*structs.CSIVolumeClaim{v.ReadClaims, v.WriteClaims, v.PastClaims} {
+		for id := range m {
+			ids[id] = struct{}{}
+		}
+	}
+	return slices.Sorted(maps.Keys(ids))
+}
+
+// CSIVolumeClaim writes a claim (state taken) or a release checkpoint (any
+// other state) of one allocation on one volume, at time now (stamped by the
+// leader). The claim rules are structs.CSIVolume.Claim's; their typed errors
+// are returned as they are. A claim that changes nothing, such as a client
+// retrying, writes nothing.
+func (s *StateStore) CSIVolumeClaim(index uint64, now int64, namespace, id string, claim *structs.CSIVolumeClaim) error {
+	txn := s.writeTxn()
+	defer txn.Abort()
+	if err := claimCSIVolumeTxn(txn, index, now, namespace, id, claim); err != nil {
+		return err
+	}
+	return commit(txn, index)
+}
+
+func claimCSIVolumeTxn(txn *memdb.Txn, index uint64, now int64, namespace, id string, claim *structs.CSIVolumeClaim) error {
+	if claim == nil {
+		return structs.ErrInvalid("volume %q: missing claim", id)
+	}
+	existing, err := volumeByIDTxn(txn, nil, namespace, id)
+	if err != nil {
+		return err
+	}
+	if existing == nil {
+		return structs.ErrNotFound("volume %q not found", id)
+	}
+	v := existing.Copy()
+	if err := denormalizeTxn(txn, nil, v); err != nil {
+		return err
+	}
+
+	allocID := claim.AllocationID
+	if claim.State == structs.CSIVolumeClaimStateTaken {
+		// Releases may name allocations that are terminal or already gone;
+		// a new claim must come from an allocation that can still use it.
+		a, err := allocByIDTxn(txn, nil, allocID)
+		if err != nil {
+			return err
+		}
+		if a == nil {
+			return structs.ErrNotFound("volume %q: allocation %q not found", id, allocID)
+		}
+		if a.Terminal() {
+			return structs.ErrInvalid("volume %q: allocation %q is terminal and cannot claim it", id, allocID)
+		}
+	}
+
+	prevRead, prevWrite := v.ReadClaims[allocID], v.WriteClaims[allocID]
+	if err := v.Claim(claim); err != nil {
+		return err
+	}
+	if claim.State == structs.CSIVolumeClaimStateTaken {
+		cur := v.WriteClaims[allocID]
+		if cur == nil {
+			cur = v.ReadClaims[allocID]
+		}
+		// Claim stores a fresh copy only for a claim it newly took.
+		if cur != nil && cur != prevRead && cur != prevWrite {
+			cur.ClaimedAt = now
+		}
+	}
+
+	setVolumeHealth(v, nil)
+	normalizeVolume(v)
+	if volumesEqual(existing, v) {
+		return nil
+	}
+	v.ModifyIndex, v.ModifyTime = index, now
+	return insertVolumeTxn(txn, v)
+}
+
+// CSIVolumeByID returns a copy of the volume with its plugin health derived,
+// or nil when it is unknown. The plugin's row is watched too, so a blocking
+// read wakes when the volume's schedulability changes.
+func (s *StateStore) CSIVolumeByID(ws memdb.WatchSet, namespace, id string) (*structs.CSIVolume, error) {
+	txn := s.db.Txn(false)
+	raw, err := volumeByIDTxn(txn, ws, namespace, id)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	v := raw.Copy()
+	if err := denormalizeTxn(txn, ws, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func volumeByIDTxn(txn *memdb.Txn, ws memdb.WatchSet, namespace, id string) (*structs.CSIVolume, error) {
+	ch, raw, err := txn.FirstWatch(TableCSIVolumes, indexID, namespace, id)
+	if err != nil {
+		return nil, fmt.Errorf("state: reading volume %q: %w", id, err)
+	}
+	watch(ws, ch)
+	if raw == nil {
+		return nil, nil
+	}
+	return raw.(*structs.CSIVolume), nil
+}
+
+// CSIVolumeDenormalizePlugins returns a copy of vol with the derived plugin
+// fields set from the plugin as it is now.
+func (s *StateStore) CSIVolumeDenormalizePlugins(ws memdb.WatchSet, vol *structs.CSIVolume) (*structs.CSIVolume, error) {
+	if vol == nil {
+		return nil, nil
+	}
+	v := vol.Copy()
+	if err := denormalizeTxn(s.db.Txn(false), ws, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// denormalizeTxn sets v's derived fields in place; v must be the caller's.
+func denormalizeTxn(txn *memdb.Txn, ws memdb.WatchSet, v *structs.CSIVolume) error {
+	p, err := pluginByIDTxn(txn, ws, v.PluginID)
+	if err != nil {
+		return err
+	}
+	setVolumeHealth(v, p)
+	return nil
+}
+
+// CSIVolumesByNamespace iterates over the stored volumes (derived fields not
+// set) of a namespace, or of all with AllNamespaces, whose ID starts with
+// prefix, by namespace then ID.
+func (s *StateStore) CSIVolumesByNamespace(ws memdb.WatchSet, namespace, prefix string) (memdb.ResultIterator, error) {
+	return volumesByNamespaceTxn(s.db.Txn(false), ws, namespace, prefix)
+}
+
+func volumesByNamespaceTxn(txn *memdb.Txn, ws memdb.WatchSet, namespace, prefix string) (memdb.ResultIterator, error) {
+	if namespace != AllNamespaces {
+		return getWatch(txn, ws, TableCSIVolumes, indexIDPrefix, namespace, prefix)
+	}
+	iter, err := getWatch(txn, ws, TableCSIVolumes, indexID)
+	if err != nil || prefix == "" {
+		return iter, err
+	}
+	return memdb.NewFilterIterator(iter, func(raw any) bool {
+		return !strings.HasPrefix(raw.(*structs.CSIVolume).ID, prefix)
+	}), nil
+}
+
+// CSIVolumesByPluginID iterates over the stored volumes of a plugin in a
+// namespace (or all), whose ID starts with prefix. A row is left out when
+// its namespace differs or when its ID lacks the prefix: either one alone
+// excludes it.
+func (s *StateStore) CSIVolumesByPluginID(ws memdb.WatchSet, namespace, prefix, pluginID string) (memdb.ResultIterator, error) {
+	return volumesByPluginTxn(s.db.Txn(false), ws, namespace, prefix, pluginID)
+}
+
+func volumesByPluginTxn(txn *memdb.Txn, ws memdb.WatchSet, namespace, prefix, pluginID string) (memdb.ResultIterator, error) {
+	iter, err := getWatch(txn, ws, TableCSIVolumes, indexPluginID, pluginID)
+	if err != nil {
+		return nil, err
+	}
+	return memdb.NewFilterIterator(iter, func(raw any) bool {
+		v := raw.(*structs.CSIVolume)
+		return (namespace != AllNamespaces && v.Namespace != namespace) || !strings.HasPrefix(v.ID, prefix)
+	}), nil
+}
+
+// CSIVolumeStubs lists one page of volume stubs with their plugin health,
+// sorted by namespace then ID, in a namespace (or AllNamespaces), optionally
+// only one plugin's (pluginID != "") and only IDs with a prefix. nextToken,
+// "namespace/id", is where the page starts (returned by the previous page);
+// the returned next token is "" on the last page. perPage <= 0 lists all.
+//
+// Each plugin is read once per call, however many volumes name it, so a
+// large list costs one plugin lookup per plugin rather than per volume.
+func (s *StateStore) CSIVolumeStubs(ws memdb.WatchSet, namespace, prefix, pluginID, nextToken string, perPage int) ([]*structs.CSIVolListStub, string, error) {
+	var start volumeKey
+	if nextToken != "" {
+		var ok bool
+		if start, ok = parseVolumeToken(nextToken); !ok {
+			return nil, "", structs.ErrInvalid("invalid next token %q: want namespace/id", nextToken)
+		}
+	}
+
+	txn := s.db.Txn(false)
+	var iter memdb.ResultIterator
+	var err error
+	if pluginID != "" {
+		iter, err = volumesByPluginTxn(txn, ws, namespace, prefix, pluginID)
+	} else {
+		iter, err = volumesByNamespaceTxn(txn, ws, namespace, prefix)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+
+	health := map[string]pluginHealth{}
+	var stubs []*structs.CSIVolListStub
+	for raw := iter.Next(); raw != nil; raw = iter.Next() {
+		v := raw.(*structs.CSIVolume)
+		if nextToken != "" && (volumeKey{v.Namespace, v.ID}).less(start) {
+			continue
+		}
+		if perPage > 0 && len(stubs) == perPage {
+			return stubs, v.Namespace + "/" + v.ID, nil
+		}
+		h, ok := health[v.PluginID]
+		if !ok {
+			p, err := pluginByIDTxn(txn, ws, v.PluginID)
+			if err != nil {
+				return nil, "", err
+			}
+			h = healthOf(p)
+			health[v.PluginID] = h
+		}
+		stub := v.Stub()
+		setStubHealth(stub, h)
+		stubs = append(stubs, stub)
+	}
+	return stubs, "", nil
+}
+
+// volumeKey is a volume's place in list order.
+type volumeKey struct{ namespace, id string }
+
+func (k volumeKey) less(o volumeKey) bool {
+	if k.namespace != o.namespace {
+		return k.namespace < o.namespace
+	}
+	return k.id < o.id
+}
+
+// parseVolumeToken splits "namespace/id". Neither part may contain '/'
+// (structs.ValidateID refuses it in IDs), so the first one separates them.
+func parseVolumeToken(token string) (volumeKey, bool) {
+	ns, id, ok := strings.Cut(token, "/")
+	return volumeKey{ns, id}, ok
+}
+
+// CSIVolumeRestore restores one volume as persisted.
+func (r *StateRestore) CSIVolumeRestore(v *structs.CSIVolume) error {
+	return insertVolumeTxn(r.txn, v)
+}
