@@ -1,0 +1,71 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// Volumes is the CSI volume endpoints.
+type Volumes struct{ c *Client }
+
+// Volumes returns the volume endpoints.
+func (c *Client) Volumes() *Volumes { return &Volumes{c: c} }
+
+// List returns one page of volume stubs. q.Prefix, q.PluginID, q.NodeID and
+// the paging fields filter it; QueryMeta.NextToken names the next page.
+func (v *Volumes) List(q *QueryOptions) ([]*structs.CSIVolListStub, *QueryMeta, error) {
+	var out []*structs.CSIVolListStub
+	r := v.c.newQuery(http.MethodGet, "/v1/volumes", q)
+	r.params.Set("type", structs.VolumeTypeCSI)
+	h, rtt, err := v.c.do(r, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, parseQueryMeta(h, rtt), nil
+}
+
+// Info reads one volume. The server returns it sanitized: no secrets, mount
+// flags redacted, no publish contexts.
+func (v *Volumes) Info(id string, q *QueryOptions) (*structs.CSIVolume, *QueryMeta, error) {
+	var out structs.CSIVolume
+	qm, err := v.c.query("/v1/volume/csi/"+escape(id), q, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &out, qm, nil
+}
+
+// Register creates or updates volumes, all or nothing. The request goes to
+// the path of the first volume, as Nomad's API does. It returns the
+// server's warnings.
+func (v *Volumes) Register(vols []*structs.CSIVolume, w *WriteOptions) ([]string, *WriteMeta, error) {
+	if len(vols) == 0 || vols[0] == nil {
+		return nil, nil, errors.New("no volume to register")
+	}
+	r := v.c.newWrite(http.MethodPut, "/v1/volume/csi/"+escape(vols[0].ID), w)
+	r.body = &structs.CSIVolumeRegisterRequest{Volumes: vols}
+	var out structs.CSIVolumeRegisterResponse
+	wm, err := v.c.write(r, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out.Warnings, wm, nil
+}
+
+// Deregister removes a volume. With force, a volume still claimed by
+// allocations that are all terminal or gone is removed from state too (the
+// plugin is not called). It returns the server's warnings.
+func (v *Volumes) Deregister(id string, force bool, w *WriteOptions) ([]string, *WriteMeta, error) {
+	r := v.c.newWrite(http.MethodDelete, "/v1/volume/csi/"+escape(id), w)
+	if force {
+		r.params.Set("force", "true")
+	}
+	var out structs.CSIVolumeDeregisterResponse
+	wm, err := v.c.write(r, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out.Warnings, wm, nil
+}
