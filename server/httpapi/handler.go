@@ -1,0 +1,257 @@
+// Package httpapi is volplane's HTTP API. For volumes, plugins, nodes,
+// status and the Raft configuration it speaks Nomad's dialect: the same
+// paths, JSON field names and X-Nomad-* headers, so that Nomad's official Go
+// client (github.com/hashicorp/nomad/api) and the nomad CLI work against it
+// unchanged.
+//
+// The package holds no state. Every request becomes one in-process RPC on a
+// Backend (the server, which forwards to the leader as needed); the typed
+// *structs.Error it returns is turned into an HTTP status in one place
+// (statusOf).
+//
+// Routes:
+//
+//	GET         /v1/volumes?type=csi[&plugin_id=&node_id=]   bare JSON array of volume stubs
+//	PUT, POST   /v1/volume/csi/:id                            register; body {"Volumes":[...]}
+//	GET         /v1/volume/csi/:id                            one volume, sanitized
+//	DELETE      /v1/volume/csi/:id[?force=true]               deregister
+//	GET         /v1/plugins?type=csi                          bare JSON array of plugin stubs
+//	GET         /v1/plugin/csi/:id                            one plugin
+//	GET         /v1/nodes                                     bare JSON array of node stubs
+//	GET         /v1/node/:id                                  one node
+//	GET         /v1/status/leader                             JSON string: the leader's RPC address
+//	GET         /v1/status/peers                              JSON array of Raft peer addresses
+//	GET         /v1/operator/raft/configuration               the Raft configuration
+//	DELETE      /v1/operator/raft/peer?id=|address=           remove a Raft peer
+//
+// Reads take index, wait, stale, namespace, region, prefix, per_page and
+// next_token, and answer with X-Nomad-Index, X-Nomad-KnownLeader,
+// X-Nomad-LastContact and, when there is a next page, X-Nomad-NextToken.
+// Writes answer with X-Nomad-Index. The X-Nomad-Token header is the caller's
+// token. Errors are plain text with the status of their code.
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// Backend is the server as the HTTP API sees it.
+type Backend interface {
+	// RPC makes an in-process call to a server endpoint (which forwards to
+	// the leader as needed). Errors are *structs.Error with a code.
+	RPC(method string, args, reply any) error
+}
+
+// Config configures NewHandler.
+type Config struct {
+	Backend Backend
+	// Logger receives one debug line per request; nil discards.
+	Logger hclog.Logger
+	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+}
+
+// DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is 0.
+const DefaultMaxBodyBytes int64 = 4 << 20
+
+// Response headers shared with Nomad.
+const (
+	headerIndex       = "X-Nomad-Index"
+	headerKnownLeader = "X-Nomad-KnownLeader"
+	headerLastContact = "X-Nomad-LastContact"
+	headerNextToken   = "X-Nomad-NextToken"
+	headerToken       = "X-Nomad-Token"
+)
+
+type handler struct {
+	backend Backend
+	logger  hclog.Logger
+	maxBody int64
+	mux     *http.ServeMux
+}
+
+// NewHandler returns the HTTP API served over cfg.Backend. It panics when
+// cfg.Backend is nil: that is a wiring mistake, not a runtime condition.
+func NewHandler(cfg Config) http.Handler {
+	if cfg.Backend == nil {
+		panic("httpapi: Config.Backend is nil")
+	}
+	h := &handler{
+		backend: cfg.Backend,
+		logger:  cfg.Logger,
+		maxBody: cfg.MaxBodyBytes,
+		mux:     http.NewServeMux(),
+	}
+	if h.logger == nil {
+		h.logger = hclog.NewNullLogger()
+	}
+	h.logger = h.logger.Named("http")
+	if h.maxBody <= 0 {
+		h.maxBody = DefaultMaxBodyBytes
+	}
+	h.routes()
+	return h
+}
+
+// endpoint serves one route. It returns the value to encode as the JSON body
+// (nil for an empty 200) or an error, which becomes a plain-text answer.
+// Endpoints set their X-Nomad-* headers only after the RPC succeeded.
+type endpoint func(w http.ResponseWriter, r *http.Request) (any, error)
+
+// routes is the one table of paths. ServeMux answers unknown paths with 404
+// and known paths with the wrong method with 405 and an Allow header.
+func (h *handler) routes() {
+	for pattern, fn := range map[string]endpoint{
+		"GET /v1/volumes":                     h.volumeList,
+		"PUT /v1/volume/csi/{id}":             h.volumeRegister,
+		"POST /v1/volume/csi/{id}":            h.volumeRegister,
+		"GET /v1/volume/csi/{id}":             h.volumeGet,
+		"DELETE /v1/volume/csi/{id}":          h.volumeDeregister,
+		"GET /v1/plugins":                     h.pluginList,
+		"GET /v1/plugin/csi/{id}":             h.pluginGet,
+		"GET /v1/nodes":                       h.nodeList,
+		"GET /v1/node/{id}":                   h.nodeGet,
+		"GET /v1/status/leader":               h.statusLeader,
+		"GET /v1/status/peers":                h.statusPeers,
+		"GET /v1/operator/raft/configuration": h.raftConfiguration,
+		"DELETE /v1/operator/raft/peer":       h.raftRemovePeer,
+	} {
+		h.mux.HandleFunc(pattern, h.wrap(fn))
+	}
+}
+
+// ServeHTTP logs every request at debug level: method, path, status and
+// duration. Never the query string or the body, which may carry secrets.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &statusRecorder{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			h.logger.Error("request handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p))
+			if !rec.wrote {
+				writeText(rec, http.StatusInternalServerError, "internal error")
+			}
+		}
+		h.logger.Debug("request", "method", r.Method, "path", r.URL.Path,
+			"status", rec.code(), "duration", time.Since(start))
+	}()
+	h.mux.ServeHTTP(rec, r)
+}
+
+func (h *handler) wrap(fn endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		out, err := fn(w, r)
+		if err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		if out == nil {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		h.writeJSON(w, r, out)
+	}
+}
+
+// writeJSON encodes out fully before writing anything, so an encoding
+// failure still becomes a clean 500 instead of half a body. ?pretty indents,
+// as Nomad's does.
+func (h *handler) writeJSON(w http.ResponseWriter, r *http.Request, out any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	if _, pretty := r.URL.Query()["pretty"]; pretty {
+		enc.SetIndent("", "    ")
+	}
+	if err := enc.Encode(out); err != nil {
+		h.writeError(w, r, structs.NewError(structs.ErrCodeInternal, "encoding response: %v", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// writeError answers with the status of err's code and its message as plain
+// text. Headers an endpoint may have set for a success are dropped.
+func (h *handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	for _, k := range []string{headerIndex, headerKnownLeader, headerLastContact, headerNextToken} {
+		w.Header().Del(k)
+	}
+	status := statusOf(structs.CodeOf(err))
+	if status >= http.StatusInternalServerError {
+		h.logger.Warn("request failed", "method", r.Method, "path", r.URL.Path,
+			"status", status, "error", structs.MessageOf(err))
+	}
+	writeText(w, status, structs.MessageOf(err))
+}
+
+func writeText(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(len(msg)))
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(msg))
+}
+
+// statusOf is the one mapping from error codes to HTTP statuses.
+func statusOf(code structs.ErrorCode) int {
+	switch code {
+	case structs.ErrCodeInvalid:
+		return http.StatusBadRequest
+	case structs.ErrCodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case structs.ErrCodeNotFound:
+		return http.StatusNotFound
+	case structs.ErrCodeConflict, structs.ErrCodeMaxClaims, structs.ErrCodeUnschedulable:
+		return http.StatusConflict
+	case structs.ErrCodePermissionDenied:
+		return http.StatusForbidden
+	case structs.ErrCodeNoLeader:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// statusRecorder remembers the status for the log line.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if !s.wrote {
+		s.status, s.wrote = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if !s.wrote {
+		s.status, s.wrote = http.StatusOK, true
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) code() int {
+	if !s.wrote {
+		return http.StatusOK
+	}
+	return s.status
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }

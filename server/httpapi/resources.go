@@ -1,0 +1,149 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// pluginList serves GET /v1/plugins?type=csi: a bare array of stubs.
+func (h *handler) pluginList(w http.ResponseWriter, r *http.Request) (any, error) {
+	var args structs.CSIPluginListRequest
+	v, err := parseQueryOptions(r, &args.QueryOptions)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkType("plugin", v.Get("type")); err != nil {
+		return nil, err
+	}
+	var reply structs.CSIPluginListResponse
+	if err := h.backend.RPC("CSIPlugin.List", &args, &reply); err != nil {
+		return nil, err
+	}
+	setMeta(w, &reply.QueryMeta)
+	if reply.Plugins == nil {
+		return []*structs.CSIPluginListStub{}, nil
+	}
+	return reply.Plugins, nil
+}
+
+// pluginGet serves GET /v1/plugin/csi/:id.
+func (h *handler) pluginGet(w http.ResponseWriter, r *http.Request) (any, error) {
+	args := structs.CSIPluginGetRequest{ID: r.PathValue("id")}
+	if _, err := parseQueryOptions(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	var reply structs.CSIPluginGetResponse
+	if err := h.backend.RPC("CSIPlugin.Get", &args, &reply); err != nil {
+		return nil, err
+	}
+	if reply.Plugin == nil {
+		return nil, structs.ErrNotFound("plugin %q not found", args.ID)
+	}
+	setMeta(w, &reply.QueryMeta)
+	return reply.Plugin, nil
+}
+
+// nodeList serves GET /v1/nodes: a bare array of stubs.
+func (h *handler) nodeList(w http.ResponseWriter, r *http.Request) (any, error) {
+	var args structs.NodeListRequest
+	if _, err := parseQueryOptions(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	var reply structs.NodeListResponse
+	if err := h.backend.RPC("Node.List", &args, &reply); err != nil {
+		return nil, err
+	}
+	setMeta(w, &reply.QueryMeta)
+	if reply.Nodes == nil {
+		return []*structs.NodeListStub{}, nil
+	}
+	return reply.Nodes, nil
+}
+
+// nodeGet serves GET /v1/node/:id.
+func (h *handler) nodeGet(w http.ResponseWriter, r *http.Request) (any, error) {
+	args := structs.NodeSpecificRequest{NodeID: r.PathValue("id")}
+	if _, err := parseQueryOptions(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	var reply structs.SingleNodeResponse
+	if err := h.backend.RPC("Node.GetNode", &args, &reply); err != nil {
+		return nil, err
+	}
+	if reply.Node == nil {
+		return nil, structs.ErrNotFound("node %q not found", args.NodeID)
+	}
+	setMeta(w, &reply.QueryMeta)
+	// SecretID is json:"-" already; clearing it too means a change of tags
+	// cannot leak it.
+	node := reply.Node.Copy()
+	node.SecretID = ""
+	return node, nil
+}
+
+// statusLeader serves GET /v1/status/leader: a JSON string, "" when there
+// is no leader, as Nomad's.
+func (h *handler) statusLeader(w http.ResponseWriter, r *http.Request) (any, error) {
+	var args structs.GenericRequest
+	if _, err := parseQueryOptions(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	var leader string
+	if err := h.backend.RPC("Status.Leader", &args, &leader); err != nil {
+		return nil, err
+	}
+	return leader, nil
+}
+
+// statusPeers serves GET /v1/status/peers: a JSON array of addresses.
+func (h *handler) statusPeers(w http.ResponseWriter, r *http.Request) (any, error) {
+	var args structs.GenericRequest
+	if _, err := parseQueryOptions(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	var peers []string
+	if err := h.backend.RPC("Status.Peers", &args, &peers); err != nil {
+		return nil, err
+	}
+	if peers == nil {
+		peers = []string{}
+	}
+	return peers, nil
+}
+
+// raftConfiguration serves GET /v1/operator/raft/configuration.
+func (h *handler) raftConfiguration(w http.ResponseWriter, r *http.Request) (any, error) {
+	var args structs.GenericRequest
+	if _, err := parseQueryOptions(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	var reply structs.RaftConfigurationResponse
+	if err := h.backend.RPC("Operator.RaftListPeers", &args, &reply); err != nil {
+		return nil, err
+	}
+	if reply.Servers == nil {
+		reply.Servers = []*structs.RaftServer{}
+	}
+	return &reply, nil
+}
+
+// raftRemovePeer serves DELETE /v1/operator/raft/peer?id=|address=, with
+// exactly one of the two.
+func (h *handler) raftRemovePeer(w http.ResponseWriter, r *http.Request) (any, error) {
+	var args structs.RaftPeerRequest
+	v, err := parseWriteRequest(r, &args.WriteRequest)
+	if err != nil {
+		return nil, err
+	}
+	args.ID, args.Address = v.Get("id"), v.Get("address")
+	if (args.ID == "") == (args.Address == "") {
+		return nil, structs.ErrInvalid("give exactly one of the id and address parameters")
+	}
+	var reply structs.GenericResponse
+	if err := h.backend.RPC("Operator.RaftRemovePeer", &args, &reply); err != nil {
+		return nil, err
+	}
+	setIndex(w, reply.Index)
+	return nil, nil
+}

@@ -1,0 +1,125 @@
+package httpapi
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// checkType refuses a ?type other than csi (empty means csi), so that a
+// request for Nomad's host volumes is not answered with CSI ones.
+func checkType(kind, t string) error {
+	if t != "" && t != structs.VolumeTypeCSI {
+		return structs.ErrInvalid("unsupported %s type %q", kind, t)
+	}
+	return nil
+}
+
+// volumeList serves GET /v1/volumes: a bare array of stubs, as Nomad's.
+func (h *handler) volumeList(w http.ResponseWriter, r *http.Request) (any, error) {
+	var args structs.CSIVolumeListRequest
+	v, err := parseQueryOptions(r, &args.QueryOptions)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkType("volume", v.Get("type")); err != nil {
+		return nil, err
+	}
+	args.PluginID = v.Get("plugin_id")
+	args.NodeID = v.Get("node_id")
+	var reply structs.CSIVolumeListResponse
+	if err := h.backend.RPC("CSIVolume.List", &args, &reply); err != nil {
+		return nil, err
+	}
+	setMeta(w, &reply.QueryMeta)
+	if reply.Volumes == nil {
+		return []*structs.CSIVolListStub{}, nil
+	}
+	return reply.Volumes, nil
+}
+
+// volumeGet serves GET /v1/volume/csi/:id.
+func (h *handler) volumeGet(w http.ResponseWriter, r *http.Request) (any, error) {
+	args := structs.CSIVolumeGetRequest{ID: r.PathValue("id")}
+	if _, err := parseQueryOptions(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	var reply structs.CSIVolumeGetResponse
+	if err := h.backend.RPC("CSIVolume.Get", &args, &reply); err != nil {
+		return nil, err
+	}
+	if reply.Volume == nil {
+		return nil, structs.ErrNotFound("volume %q not found", args.ID)
+	}
+	setMeta(w, &reply.QueryMeta)
+	// The server sanitizes too; this layer does not rely on it.
+	return reply.Volume.Sanitize(), nil
+}
+
+// volumeRegister serves PUT and POST /v1/volume/csi/:id with the body
+// {"Volumes":[...]} that Nomad's client sends.
+func (h *handler) volumeRegister(w http.ResponseWriter, r *http.Request) (any, error) {
+	pathID := r.PathValue("id")
+	var args structs.CSIVolumeRegisterRequest
+	if _, err := parseWriteRequest(r, &args.WriteRequest); err != nil {
+		return nil, err
+	}
+	var body registerBody
+	if err := h.decodeBody(w, r, &body); err != nil {
+		return nil, err
+	}
+	if len(body.Volumes) == 0 {
+		return nil, structs.ErrInvalid("the body has no volumes: send {\"Volumes\":[{...}]}")
+	}
+	if args.Namespace == "" {
+		args.Namespace = body.Namespace
+	}
+	if args.Region == "" {
+		args.Region = body.Region
+	}
+	for i, wv := range body.Volumes {
+		if wv == nil {
+			return nil, structs.ErrInvalid("volume %d in the body is null", i+1)
+		}
+		vol := wv.toStructs()
+		switch {
+		case vol.ID == "" && len(body.Volumes) == 1:
+			vol.ID = pathID
+		case vol.ID == "":
+			return nil, structs.ErrInvalid("volume %d in the body has no ID", i+1)
+		case vol.ID != pathID:
+			// A mismatch is most likely a body meant for another volume;
+			// registering it under either ID would surprise someone.
+			return nil, structs.ErrInvalid("volume ID %q in the body does not match %q in the path", vol.ID, pathID)
+		}
+		if vol.Namespace == "" {
+			vol.Namespace = args.RequestNamespace()
+		}
+		args.Volumes = append(args.Volumes, vol)
+	}
+	var reply structs.CSIVolumeRegisterResponse
+	if err := h.backend.RPC("CSIVolume.Register", &args, &reply); err != nil {
+		return nil, err
+	}
+	setIndex(w, reply.Index)
+	return &VolumeRegisterResponse{Warnings: strings.Join(reply.Warnings, "\n"), Index: reply.Index}, nil
+}
+
+// volumeDeregister serves DELETE /v1/volume/csi/:id[?force=true].
+func (h *handler) volumeDeregister(w http.ResponseWriter, r *http.Request) (any, error) {
+	args := structs.CSIVolumeDeregisterRequest{VolumeIDs: []string{r.PathValue("id")}}
+	v, err := parseWriteRequest(r, &args.WriteRequest)
+	if err != nil {
+		return nil, err
+	}
+	if args.Force, err = optionalBool(v, "force", false); err != nil {
+		return nil, err
+	}
+	var reply structs.CSIVolumeDeregisterResponse
+	if err := h.backend.RPC("CSIVolume.Deregister", &args, &reply); err != nil {
+		return nil, err
+	}
+	setIndex(w, reply.Index)
+	return &VolumeDeregisterResponse{Warnings: reply.Warnings, Index: reply.Index}, nil
+}
