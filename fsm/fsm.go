@@ -1,0 +1,104 @@
+// Package fsm is volplane's raft.FSM: it applies committed log entries to the
+// state store and persists and restores snapshots of it.
+//
+// Each log entry is one structs.MessageType byte and a msgpack request. The
+// appliers are registered by message type in a registry, one file per
+// domain; a test checks that every message type has one. The FSM is
+// deterministic: everything that varies (times, IDs) is in the entry.
+package fsm
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/volplane/volplane/state"
+	"github.com/volplane/volplane/structs"
+)
+
+// FSM applies Raft log entries to a state store.
+type FSM struct {
+	logger hclog.Logger
+
+	// mu guards the state pointer, which Restore swaps while readers on
+	// other goroutines call State.
+	mu    sync.RWMutex
+	state *state.StateStore
+}
+
+// New returns an FSM over an empty store.
+func New(logger hclog.Logger) (*FSM, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	st, err := state.NewStateStore()
+	if err != nil {
+		return nil, err
+	}
+	return &FSM{logger: logger, state: st}, nil
+}
+
+// State returns the current store. A snapshot restore replaces it and
+// abandons the old one (see state.StateStore.AbandonCh), so long-lived
+// readers should call State again after the old store is abandoned.
+func (f *FSM) State() *state.StateStore {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state
+}
+
+// applier applies the body of one log entry (without its type byte) at a
+// Raft index, and returns the apply response: nil or an error.
+type applier func(f *FSM, st *state.StateStore, index uint64, body []byte) any
+
+// appliers is the registry of appliers by message type, filled by the init
+// functions of the domain files.
+var appliers = map[structs.MessageType]applier{}
+
+// register adds the applier of message type t, whose body decodes into a T.
+// A body that does not decode stops the FSM: skipping it would let this
+// server's state diverge from the others'.
+func register[T any](t structs.MessageType, apply func(f *FSM, st *state.StateStore, index uint64, req *T) error) {
+	if _, dup := appliers[t]; dup {
+		panic(fmt.Sprintf("fsm: two appliers for message type %s", t))
+	}
+	appliers[t] = func(f *FSM, st *state.StateStore, index uint64, body []byte) any {
+		req := new(T)
+		if err := structs.Decode(body, req); err != nil {
+			panic(fmt.Errorf("fsm: index %d: cannot decode %s request: %w", index, t, err))
+		}
+		if err := apply(f, st, index, req); err != nil {
+			f.logger.Debug("apply refused", "type", t, "index", index, "error", err)
+			return err
+		}
+		return nil
+	}
+}
+
+// Apply applies one committed log entry. The response is nil or the error
+// the state store returned (a *structs.Error for a refused write); it
+// panics on an entry it cannot apply safely: an unknown type without the
+// ignore flag, or a body that does not decode.
+func (f *FSM) Apply(log *raft.Log) any {
+	if len(log.Data) == 0 {
+		panic(fmt.Errorf("fsm: index %d: empty log entry", log.Index))
+	}
+	t := structs.MessageType(log.Data[0])
+	ignorable := t&structs.IgnoreUnknownTypeFlag != 0
+	t &^= structs.IgnoreUnknownTypeFlag
+
+	apply, ok := appliers[t]
+	if !ok {
+		if ignorable {
+			f.logger.Warn("ignoring unknown message type", "type", uint8(t), "index", log.Index)
+			return nil
+		}
+		panic(fmt.Errorf("fsm: index %d: unknown message type %s", log.Index, t))
+	}
+	f.logger.Debug("apply", "type", t, "index", log.Index)
+	return apply(f, f.State(), log.Index, log.Data[1:])
+}
+
+var _ raft.FSM = (*FSM)(nil)
