@@ -1,0 +1,44 @@
+// Package rpc is volplane's transport.
+//
+// One TCP port per server carries three protocols; the first byte of each
+// connection selects which (see Mux):
+//
+//   - RPCMsgpack: the rest of the connection is one net/rpc conversation in
+//     msgpack (github.com/hashicorp/net-rpc-msgpackrpc/v2 framing, encoded
+//     with structs.MsgpackHandle).
+//   - RPCRaft: hashicorp/raft transport traffic, handed to a RaftLayer.
+//   - RPCMultiplex: a yamux session; every stream the dialer opens is a
+//     msgpack RPC connection, and the accepting side may open streams back
+//     (servers call client agents that way, see CallOnSession).
+//
+// Errors keep their kind across the wire: an endpoint's *structs.Error is
+// sent as its text and rebuilt with structs.ParseError by Call, InmemCall and
+// the pool, which is the one place that translation happens. Transport
+// failures are marked so that IsConnError reports them.
+package rpc
+
+import "time"
+
+// The first byte of a connection. These values are part of the wire format:
+// never renumber them.
+const (
+	RPCMsgpack   byte = 0x01 // a plain msgpack RPC connection
+	RPCRaft      byte = 0x02 // hashicorp/raft transport traffic
+	RPCMultiplex byte = 0x03 // a yamux session; every stream is a msgpack RPC connection (no extra byte per stream)
+)
+
+// Defaults used when a config leaves a field at zero.
+const (
+	// DefaultMaxRequestBytes is the request size limit NewServerCodec applies
+	// when it is given a limit <= 0.
+	DefaultMaxRequestBytes int64 = 8 << 20
+
+	// DefaultHandshakeTimeout bounds the wait for a connection's first byte.
+	DefaultHandshakeTimeout = 5 * time.Second
+
+	// DefaultDialTimeout bounds a pool's TCP dial.
+	DefaultDialTimeout = 10 * time.Second
+
+	// DefaultMaxIdle is how long a pool keeps a session nobody uses.
+	DefaultMaxIdle = 2 * time.Minute
+)

@@ -1,0 +1,415 @@
+package rpc
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/yamux"
+	"github.com/volplane/volplane/structs"
+)
+
+// ErrPoolClosed is returned (wrapped as a connection error) by a closed pool.
+var ErrPoolClosed = errors.New("rpc: connection pool closed")
+
+// PoolConfig configures a ConnPool.
+type PoolConfig struct {
+	Logger      hclog.Logger
+	DialTimeout time.Duration // default 10s
+
+	// CallTimeout is the deadline of one call; 0 means none. A blocking
+	// query (arguments embedding structs.QueryOptions with MinQueryIndex
+	// set) gets its wait time added on top, see callTimeout.
+	CallTimeout time.Duration
+
+	// MaxIdle: a session with no call in flight and none for this long is
+	// closed by a reaper. Default 2m.
+	MaxIdle time.Duration
+
+	// AcceptStreams, if set, makes every session the pool creates also
+	// accept the streams the remote opens, each handed to this func in its
+	// own goroutine and closed when it returns. Client agents serve
+	// server->client RPCs this way. Serving a stream counts as use of the
+	// session for MaxIdle.
+	AcceptStreams func(stream net.Conn)
+
+	YamuxConfig *yamux.Config // optional; default yamux.DefaultConfig() with its log sent to Logger
+}
+
+// ConnPool keeps one yamux client session per remote address and makes each
+// call on a fresh stream of it.
+type ConnPool struct {
+	logger      hclog.Logger
+	dialTimeout time.Duration
+	callTimeout time.Duration
+	maxIdle     time.Duration
+	accept      func(net.Conn)
+	yamuxCfg    *yamux.Config
+
+	mu      sync.Mutex
+	closed  bool
+	conns   map[string]*poolConn
+	closeCh chan struct{}
+	wg      sync.WaitGroup
+}
+
+// poolConn is one address's session. ready is closed once the dial is over;
+// sess and err are set before that and never change after.
+type poolConn struct {
+	addr  string
+	ready chan struct{}
+	sess  *yamux.Session
+	err   error
+
+	// Guarded by ConnPool.mu.
+	active   int       // calls and served streams in flight
+	lastUsed time.Time // when active last dropped to zero, or the dial
+}
+
+// NewPool returns a pool and starts its idle reaper.
+func NewPool(cfg PoolConfig) *ConnPool {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	logger = logger.Named("rpc-pool")
+	p := &ConnPool{
+		logger:      logger,
+		dialTimeout: cfg.DialTimeout,
+		callTimeout: cfg.CallTimeout,
+		maxIdle:     cfg.MaxIdle,
+		accept:      cfg.AcceptStreams,
+		yamuxCfg:    yamuxConfig(cfg.YamuxConfig, logger),
+		conns:       make(map[string]*poolConn),
+		closeCh:     make(chan struct{}),
+	}
+	if p.dialTimeout <= 0 {
+		p.dialTimeout = DefaultDialTimeout
+	}
+	if p.maxIdle <= 0 {
+		p.maxIdle = DefaultMaxIdle
+	}
+	p.goTracked(p.reap)
+	return p
+}
+
+// goTrackedLocked runs fn in a goroutine Close waits for, unless the pool
+// is closed, and reports whether it did. The caller must hold p.mu.
+func (p *ConnPool) goTrackedLocked(fn func()) bool {
+	if p.closed {
+		return false
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+func (p *ConnPool) goTracked(fn func()) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.goTrackedLocked(fn)
+}
+
+// RPC makes one call to addr: it reuses addr's session or dials one (writing
+// RPCMultiplex, then running a yamux client), opens a stream, and makes the
+// call with Call, so errors are translated the same way. When the session
+// turns out to be dead, it is dropped so the next call redials. A failure
+// confined to one stream (a deadline, a reset) leaves the session to the
+// other calls on it; yamux's keepalive closes a session whose peer went
+// silent.
+func (p *ConnPool) RPC(addr string, method string, args, reply any) error {
+	c, err := p.acquire(addr)
+	if err != nil {
+		return err
+	}
+	defer p.release(c)
+
+	stream, err := c.sess.Open()
+	if err != nil {
+		p.drop(c)
+		return connErr(err)
+	}
+	err = callOnStream(stream, method, args, reply, callTimeout(p.callTimeout, args))
+	if IsConnError(err) && (c.sess.IsClosed() || !isTimeout(err) && !streamScoped(err)) {
+		p.drop(c)
+	}
+	return err
+}
+
+// streamScoped reports whether a transport error concerns one yamux stream
+// only, not the session under it.
+func streamScoped(err error) bool {
+	return errors.Is(err, yamux.ErrConnectionReset) || errors.Is(err, yamux.ErrStreamClosed)
+}
+
+// CallOnSession opens a stream on an existing session and makes one call on
+// it, within timeout when it is positive. A server uses it to call a client
+// agent over the session the client dialed (see Handlers.Session). Errors
+// are translated like Call's.
+func CallOnSession(sess *yamux.Session, method string, args, reply any, timeout time.Duration) error {
+	stream, err := sess.Open()
+	if err != nil {
+		return connErr(err)
+	}
+	return callOnStream(stream, method, args, reply, timeout)
+}
+
+// callOnStream makes one call on a fresh stream and closes it.
+func callOnStream(stream net.Conn, method string, args, reply any, timeout time.Duration) error {
+	if timeout > 0 {
+		if err := stream.SetDeadline(time.Now().Add(timeout)); err != nil {
+			stream.Close()
+			return connErr(err)
+		}
+	}
+	cc := NewClientCodec(stream)
+	defer cc.Close()
+	return Call(cc, method, args, reply)
+}
+
+var queryOptionsType = reflect.TypeFor[structs.QueryOptions]()
+
+// callTimeout is the deadline of one call: base, plus for a blocking query
+// the time the server may hold it (its MaxQueryTime, default and cap as the
+// server applies them, and the server's jitter), so a long poll is not cut
+// off by a deadline meant for ordinary calls.
+func callTimeout(base time.Duration, args any) time.Duration {
+	if base <= 0 {
+		return 0
+	}
+	v := reflect.ValueOf(args)
+	for v.Kind() == reflect.Pointer && !v.IsNil() {
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return base
+	}
+	sf, ok := v.Type().FieldByName("QueryOptions")
+	if !ok || sf.Type != queryOptionsType {
+		return base
+	}
+	// FieldByIndexErr, not FieldByName: the field may sit behind a nil
+	// embedded pointer, which would panic.
+	f, err := v.FieldByIndexErr(sf.Index)
+	if err != nil {
+		return base
+	}
+	q := f.Interface().(structs.QueryOptions)
+	if q.MinQueryIndex == 0 {
+		return base
+	}
+	wait := q.MaxQueryTime
+	if wait <= 0 {
+		wait = structs.DefaultBlockingQueryTime
+	}
+	wait = min(wait, structs.MaxBlockingQueryTime)
+	return base + wait + wait/structs.BlockingQueryJitterFrac
+}
+
+// acquire returns addr's live session, dialing it if needed, and counts the
+// caller as active on it. Concurrent callers for one address share a dial.
+func (p *ConnPool) acquire(addr string) (*poolConn, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, connErr(ErrPoolClosed)
+		}
+		c := p.conns[addr]
+		if c == nil {
+			c = &poolConn{addr: addr, ready: make(chan struct{})}
+			p.conns[addr] = c
+			p.mu.Unlock()
+			return p.dial(c)
+		}
+		select {
+		case <-c.ready:
+			if c.err == nil && !c.sess.IsClosed() {
+				c.active++
+				p.mu.Unlock()
+				return c, nil
+			}
+			// Died since it was dialed (the server went away): forget it
+			// and dial again.
+			if p.conns[addr] == c {
+				delete(p.conns, addr)
+			}
+			p.mu.Unlock()
+			if c.sess != nil {
+				c.sess.Close()
+			}
+		default:
+			p.mu.Unlock()
+			<-c.ready
+			if c.err != nil {
+				// Share the failure of the dial we waited for rather than
+				// piling more dials onto an address that just refused one.
+				return nil, c.err
+			}
+		}
+	}
+}
+
+// dial connects c.addr and publishes the result; the caller that dials is
+// counted active on success.
+func (p *ConnPool) dial(c *poolConn) (*poolConn, error) {
+	sess, err := p.dialSession(c.addr)
+	p.mu.Lock()
+	if err == nil && p.closed {
+		sess.Close()
+		err = connErr(ErrPoolClosed)
+	}
+	if err != nil {
+		c.err = err
+		if p.conns[c.addr] == c {
+			delete(p.conns, c.addr)
+		}
+		close(c.ready)
+		p.mu.Unlock()
+		return nil, err
+	}
+	c.sess = sess
+	c.active = 1
+	c.lastUsed = time.Now()
+	if p.accept != nil && !p.goTrackedLocked(func() { p.acceptStreams(c) }) {
+		// Unreachable: p.closed was checked under this lock.
+		sess.Close()
+	}
+	close(c.ready)
+	p.mu.Unlock()
+	return c, nil
+}
+
+func (p *ConnPool) dialSession(addr string) (*yamux.Session, error) {
+	conn, err := net.DialTimeout("tcp", addr, p.dialTimeout)
+	if err != nil {
+		return nil, connErr(fmt.Errorf("dial %s: %w", addr, err))
+	}
+	if err := writeProtocolByte(conn, RPCMultiplex, p.dialTimeout); err != nil {
+		conn.Close()
+		return nil, connErr(fmt.Errorf("handshake with %s: %w", addr, err))
+	}
+	sess, err := yamux.Client(conn, p.yamuxCfg)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("yamux client for %s: %w", addr, err)
+	}
+	return sess, nil
+}
+
+// acceptStreams serves the streams the remote opens on c's session until
+// the session closes.
+func (p *ConnPool) acceptStreams(c *poolConn) {
+	for {
+		stream, err := c.sess.Accept()
+		if err != nil {
+			if !c.sess.IsClosed() {
+				p.logger.Debug("accepting streams failed", "addr", c.addr, "error", err)
+			}
+			return
+		}
+		p.mu.Lock()
+		c.active++
+		ok := p.goTrackedLocked(func() {
+			defer p.release(c)
+			defer stream.Close()
+			p.accept(stream)
+		})
+		if !ok {
+			c.active--
+		}
+		p.mu.Unlock()
+		if !ok {
+			stream.Close()
+			return
+		}
+	}
+}
+
+func (p *ConnPool) release(c *poolConn) {
+	p.mu.Lock()
+	c.active--
+	c.lastUsed = time.Now()
+	p.mu.Unlock()
+}
+
+// drop forgets c's session, if it is still the current one for its address,
+// and closes it.
+func (p *ConnPool) drop(c *poolConn) {
+	p.mu.Lock()
+	if p.conns[c.addr] == c {
+		delete(p.conns, c.addr)
+	}
+	p.mu.Unlock()
+	p.logger.Debug("dropping session", "addr", c.addr)
+	c.sess.Close()
+}
+
+// reap closes sessions idle for longer than maxIdle, until Close.
+func (p *ConnPool) reap() {
+	interval := max(p.maxIdle/2, 10*time.Millisecond)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.closeCh:
+			return
+		case <-t.C:
+		}
+		var idle []*yamux.Session
+		now := time.Now()
+		p.mu.Lock()
+		for addr, c := range p.conns {
+			select {
+			case <-c.ready:
+			default:
+				continue // still dialing
+			}
+			if c.active == 0 && now.Sub(c.lastUsed) > p.maxIdle {
+				delete(p.conns, addr)
+				idle = append(idle, c.sess)
+			}
+		}
+		p.mu.Unlock()
+		for _, s := range idle {
+			s.Close()
+		}
+	}
+}
+
+// Close closes every session (failing the calls in flight on them) and
+// waits for the pool's goroutines: the reaper, the stream acceptors and the
+// AcceptStreams handlers, which must return once their stream is closed.
+func (p *ConnPool) Close() error {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.closeCh)
+	}
+	var sessions []*yamux.Session
+	for addr, c := range p.conns {
+		select {
+		case <-c.ready:
+			if c.sess != nil {
+				sessions = append(sessions, c.sess)
+			}
+		default:
+			// A dial in progress closes its own session when it sees
+			// p.closed.
+		}
+		delete(p.conns, addr)
+	}
+	p.mu.Unlock()
+	for _, s := range sessions {
+		s.Close()
+	}
+	p.wg.Wait()
+	return nil
+}

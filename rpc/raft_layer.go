@@ -1,0 +1,115 @@
+package rpc
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// handoffTimeout bounds how long Handoff waits for Accept. raft's transport
+// accepts in a loop, so this is reached only when nobody is accepting; it
+// keeps such a connection from pinning a Mux goroutine (and Mux.Close).
+const handoffTimeout = 10 * time.Second
+
+// RaftLayer is a raft.StreamLayer on the shared RPC port: the Mux hands it
+// connections that began with RPCRaft, and Dial writes that byte first.
+type RaftLayer struct {
+	addr      net.Addr
+	connCh    chan net.Conn
+	closeCh   chan struct{}
+	closeOnce sync.Once
+}
+
+var _ raft.StreamLayer = (*RaftLayer)(nil)
+
+// NewRaftLayer returns a layer that reports addr, the address other servers
+// dial, as its own.
+func NewRaftLayer(addr net.Addr) *RaftLayer {
+	return &RaftLayer{
+		addr:    addr,
+		connCh:  make(chan net.Conn),
+		closeCh: make(chan struct{}),
+	}
+}
+
+// Handoff gives an accepted connection (its protocol byte already read) to
+// Accept. If the layer is closed, or nobody accepts within a bound, it
+// closes conn and returns an error.
+func (l *RaftLayer) Handoff(conn net.Conn) error {
+	// Checked first so a closed layer never takes a connection, whatever
+	// order select would pick.
+	select {
+	case <-l.closeCh:
+		conn.Close()
+		return fmt.Errorf("raft layer closed: %w", net.ErrClosed)
+	default:
+	}
+	t := time.NewTimer(handoffTimeout)
+	defer t.Stop()
+	select {
+	case l.connCh <- conn:
+		return nil
+	case <-l.closeCh:
+		conn.Close()
+		return fmt.Errorf("raft layer closed: %w", net.ErrClosed)
+	case <-t.C:
+		conn.Close()
+		return fmt.Errorf("raft layer: no Accept within %s", handoffTimeout)
+	}
+}
+
+// Accept waits for the next connection given to Handoff.
+func (l *RaftLayer) Accept() (net.Conn, error) {
+	select {
+	case <-l.closeCh:
+		return nil, fmt.Errorf("raft layer closed: %w", net.ErrClosed)
+	default:
+	}
+	select {
+	case conn := <-l.connCh:
+		return conn, nil
+	case <-l.closeCh:
+		return nil, fmt.Errorf("raft layer closed: %w", net.ErrClosed)
+	}
+}
+
+// Close makes Accept and Handoff fail from now on. It does not touch the
+// shared listener, which the Mux owns. Safe to call more than once.
+func (l *RaftLayer) Close() error {
+	l.closeOnce.Do(func() { close(l.closeCh) })
+	return nil
+}
+
+// Addr is the advertised address.
+func (l *RaftLayer) Addr() net.Addr { return l.addr }
+
+// Dial connects to another server's RPC port and selects Raft.
+func (l *RaftLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	conn, err := d.Dial("tcp", string(address))
+	if err != nil {
+		return nil, err
+	}
+	if err := writeProtocolByte(conn, RPCRaft, timeout); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// writeProtocolByte writes the first byte of a connection, within timeout
+// when it is positive.
+func writeProtocolByte(conn net.Conn, b byte, timeout time.Duration) error {
+	if timeout > 0 {
+		if err := conn.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
+			return err
+		}
+	}
+	if _, err := conn.Write([]byte{b}); err != nil {
+		return err
+	}
+	return conn.SetWriteDeadline(time.Time{})
+}
