@@ -103,7 +103,7 @@ func claimErr(code ErrorCode, v *CSIVolume, c *CSIVolumeClaim, why string) error
 	return NewError(code, "volume %q: allocation %q cannot take a %s claim: %s", v.ID, c.AllocationID, c.Mode, why)
 }
 
-// ValidateClaimRequest checks the shape of a claim before any state is read.
+// ValidateRequest checks the shape of a claim before any state is read.
 func (c *CSIVolumeClaim) ValidateRequest() error {
 	var m MultiError
 	if c.AllocationID == "" {
@@ -133,7 +133,14 @@ func (c *CSIVolumeClaim) ValidateRequest() error {
 // written, including when it repeats a claim the allocation already holds.
 func (v *CSIVolume) CheckClaim(c *CSIVolumeClaim) error {
 	if err := c.ValidateRequest(); err != nil {
-		return Wrap(err, "volume %q", v.ID)
+		return Wrap(err, "volume %q: allocation %q", v.ID, c.AllocationID)
+	}
+	// A release checkpoint keeps the live claim until the claim is freed, so
+	// this check must come before the idempotent repeat below: otherwise a
+	// client retrying its claim while the servers unpublish the volume would
+	// be told it holds the volume.
+	if past := v.PastClaims[c.AllocationID]; past != nil {
+		return claimErr(ErrCodeConflict, v, c, fmt.Sprintf("its earlier claim is being released (%s)", past.State))
 	}
 	if held := v.ReadClaims[c.AllocationID]; held != nil && c.Mode == CSIVolumeClaimRead {
 		return nil
@@ -142,16 +149,16 @@ func (v *CSIVolume) CheckClaim(c *CSIVolumeClaim) error {
 		// A writer asking again, or asking to read, keeps what it holds.
 		return nil
 	}
-	if past := v.PastClaims[c.AllocationID]; past != nil {
-		return claimErr(ErrCodeConflict, v, c, fmt.Sprintf("its earlier claim is being released (%s)", past.State))
-	}
 	if !v.HasCapability(c.AccessMode, c.AttachmentMode) {
 		return claimErr(ErrCodeInvalid, v, c, fmt.Sprintf("%s/%s is not among the volume's capabilities %s",
 			c.AccessMode, c.AttachmentMode, v.capabilityList()))
 	}
 	if v.AttachmentMode != CSIVolumeAttachmentModeUnknown && c.AttachmentMode != v.AttachmentMode {
-		return claimErr(ErrCodeInvalid, v, c, fmt.Sprintf("cannot change attachment mode of claimed volume from %s to %s",
-			v.AttachmentMode, c.AttachmentMode))
+		why := fmt.Sprintf("cannot change attachment mode of claimed volume from %s to %s", v.AttachmentMode, c.AttachmentMode)
+		if h := v.otherHolder(c.AllocationID); h != nil {
+			why += ": " + h.describe()
+		}
+		return claimErr(ErrCodeInvalid, v, c, why)
 	}
 	if !v.Schedulable {
 		return claimErr(ErrCodeUnschedulable, v, c, v.unschedulableReason())
@@ -179,7 +186,11 @@ func (v *CSIVolume) CheckClaim(c *CSIVolumeClaim) error {
 	}
 	switch mode {
 	case CSIVolumeAccessModeSingleNodeReader, CSIVolumeAccessModeMultiNodeReader:
-		return claimErr(ErrCodeUnschedulable, v, c, fmt.Sprintf("the volume is claimed read-only (%s)", mode))
+		why := fmt.Sprintf("the volume is claimed read-only (%s)", mode)
+		if h := v.otherHolder(c.AllocationID); h != nil {
+			why += ": " + h.describe()
+		}
+		return claimErr(ErrCodeUnschedulable, v, c, why)
 	case CSIVolumeAccessModeSingleNodeWriter:
 		if len(readers)+len(writers) > 0 {
 			return claimErr(ErrCodeMaxClaims, v, c, "volume max claims reached: "+first(readers, writers).describe())
@@ -254,6 +265,18 @@ func otherClaims(m map[string]*CSIVolumeClaim, alloc string) []*CSIVolumeClaim {
 		}
 	}
 	return out
+}
+
+// otherHolder returns a claim held by another allocation (a reader first,
+// then a writer, then one being released), so that an error can name the
+// claim it conflicts with; nil when there is none.
+func (v *CSIVolume) otherHolder(alloc string) *CSIVolumeClaim {
+	for _, m := range []map[string]*CSIVolumeClaim{v.ReadClaims, v.WriteClaims, v.PastClaims} {
+		if others := otherClaims(m, alloc); len(others) > 0 {
+			return others[0]
+		}
+	}
+	return nil
 }
 
 func first(a, b []*CSIVolumeClaim) *CSIVolumeClaim {

@@ -201,6 +201,14 @@ func (p *CSIPlugin) IsEmpty() bool {
 // SetInstances replaces the instances a node runs (nil to remove one side)
 // and recomputes the derived fields.
 func (p *CSIPlugin) SetInstances(nodeID string, controller, node *CSIInfo) {
+	// A plugin built as a literal or decoded from the wire may have nil maps;
+	// writing to one would panic inside the FSM.
+	if p.Controllers == nil {
+		p.Controllers = map[string]*CSIInfo{}
+	}
+	if p.Nodes == nil {
+		p.Nodes = map[string]*CSIInfo{}
+	}
 	if controller != nil {
 		p.Controllers[nodeID] = controller.Copy()
 	} else {

@@ -109,16 +109,15 @@ func (o *CSIMountOptions) Redacted() *CSIMountOptions {
 	return c
 }
 
-// String never shows the flags.
-func (o *CSIMountOptions) String() string {
-	if o == nil {
-		return "<nil>"
-	}
+// String never shows the flags. It has a value receiver so that a
+// CSIMountOptions printed by value (not through a pointer) is redacted too;
+// fmt prints a nil *CSIMountOptions as <nil>.
+func (o CSIMountOptions) String() string {
 	return fmt.Sprintf("fs_type=%q mount_flags=%s", o.FSType, RedactedValue)
 }
 
 // GoString keeps %#v from printing the flags either.
-func (o *CSIMountOptions) GoString() string { return o.String() }
+func (o CSIMountOptions) GoString() string { return o.String() }
 
 // RedactedValue replaces every secret value that has to be shown at all.
 const RedactedValue = "[REDACTED]"
@@ -288,11 +287,15 @@ func (v *CSIVolume) Copy() *CSIVolume {
 		return nil
 	}
 	c := *v
-	c.RequestedCapabilities = make([]*CSIVolumeCapability, 0, len(v.RequestedCapabilities))
-	for _, cap := range v.RequestedCapabilities {
-		if cap != nil {
-			cc := *cap
-			c.RequestedCapabilities = append(c.RequestedCapabilities, &cc)
+	// Keep nil as nil and every element in place, so that a copy compares
+	// equal to its original and Validate reports the same capability numbers.
+	if v.RequestedCapabilities != nil {
+		c.RequestedCapabilities = make([]*CSIVolumeCapability, len(v.RequestedCapabilities))
+		for i, cap := range v.RequestedCapabilities {
+			if cap != nil {
+				cc := *cap
+				c.RequestedCapabilities[i] = &cc
+			}
 		}
 	}
 	c.MountOptions = v.MountOptions.Copy()
@@ -382,19 +385,20 @@ const (
 	MaxNameLength = 256
 )
 
-// ValidateID checks an identifier used as a key and in URL paths.
+// ValidateID checks an identifier used as a key and in URL paths. Its error
+// has the invalid code, so an endpoint can return it as it is.
 func ValidateID(kind, id string) error {
 	switch {
 	case id == "":
-		return fmt.Errorf("missing %s", kind)
+		return ErrInvalid("missing %s", kind)
 	case len(id) > MaxIDLength:
-		return fmt.Errorf("%s %q is longer than %d characters", kind, id[:32]+"...", MaxIDLength)
+		return ErrInvalid("%s %q is longer than %d characters", kind, id[:32]+"...", MaxIDLength)
 	case strings.ContainsAny(id, "/?#%\\"):
-		return fmt.Errorf("%s %q must not contain any of / ? # %% \\", kind, id)
+		return ErrInvalid("%s %q must not contain any of / ? # %% \\", kind, id)
 	}
 	for _, r := range id {
 		if r <= ' ' || r == 0x7f {
-			return fmt.Errorf("%s %q must not contain spaces or control characters", kind, id)
+			return ErrInvalid("%s %q must not contain spaces or control characters", kind, id)
 		}
 	}
 	return nil

@@ -41,10 +41,12 @@ type Error struct {
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
 
-// Is lets errors.Is(err, &Error{Code: X}) match on the code alone.
+// Is lets errors.Is(err, &Error{Code: X}) match on the code alone, and
+// errors.Is(err, ErrNoLeader) match a sentinel that crossed the wire (and so
+// is no longer the same pointer) by its code and message.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Message == "" && t.Code == e.Code
+	return ok && t.Code == e.Code && (t.Message == "" || t.Message == e.Message)
 }
 
 // NewError builds a typed error with a formatted message.

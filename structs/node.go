@@ -68,7 +68,9 @@ func PluginsEqual(a, b map[string]*CSIInfo) bool {
 		return false
 	}
 	for k, v := range a {
-		if !v.Equal(b[k]) {
+		// Check the key too: a nil fingerprint must not match a missing one.
+		w, ok := b[k]
+		if !ok || !v.Equal(w) {
 			return false
 		}
 	}
@@ -102,7 +104,9 @@ func (n *Node) Validate() error {
 }
 
 func validateFingerprints(m *MultiError, infos map[string]*CSIInfo, controller bool) {
-	for id, info := range infos {
+	// Sorted, so that the same node always gets the same error text.
+	for _, id := range sortedKeys(infos) {
+		info := infos[id]
 		switch {
 		case info == nil:
 			m.Add("plugin %q: empty fingerprint", id)
