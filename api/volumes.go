@@ -1,8 +1,11 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/volplane/volplane/structs"
 )
@@ -45,8 +48,10 @@ func (v *Volumes) Register(vols []*structs.CSIVolume, w *WriteOptions) ([]string
 		return nil, nil, errors.New("no volume to register")
 	}
 	r := v.c.newWrite(http.MethodPut, "/v1/volume/csi/"+escape(vols[0].ID), w)
-	r.body = &structs.CSIVolumeRegisterRequest{Volumes: vols}
-	var out structs.CSIVolumeRegisterResponse
+	// Only Volumes: the server refuses unknown fields, and the RPC request's
+	// other fields (timestamp, forwarding mark) are the servers' own.
+	r.body = &struct{ Volumes []*structs.CSIVolume }{Volumes: vols}
+	var out writeResponse
 	wm, err := v.c.write(r, &out)
 	if err != nil {
 		return nil, nil, err
@@ -62,10 +67,39 @@ func (v *Volumes) Deregister(id string, force bool, w *WriteOptions) ([]string, 
 	if force {
 		r.params.Set("force", "true")
 	}
-	var out structs.CSIVolumeDeregisterResponse
+	var out writeResponse
 	wm, err := v.c.write(r, &out)
 	if err != nil {
 		return nil, nil, err
 	}
 	return out.Warnings, wm, nil
+}
+
+// writeResponse is the body of a volume register or deregister answer.
+type writeResponse struct {
+	Warnings warningList
+}
+
+// warningList decodes Warnings either as a list of strings or as one string
+// with a warning per line, which is how Nomad's API (and so volplane's)
+// sends them.
+type warningList []string
+
+func (w *warningList) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*w = nil
+		for _, line := range strings.Split(one, "\n") {
+			if line = strings.TrimSpace(line); line != "" {
+				*w = append(*w, line)
+			}
+		}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return fmt.Errorf("Warnings is neither a string nor a list of strings")
+	}
+	*w = list
+	return nil
 }

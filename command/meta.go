@@ -1,0 +1,225 @@
+package command
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hashicorp/cli"
+
+	"github.com/volplane/volplane/api"
+)
+
+// Meta holds what every command that talks to an agent shares: the UI and
+// the client options. Commands embed it.
+type Meta struct {
+	Ui cli.Ui
+
+	address   string
+	token     string
+	namespace string
+}
+
+// FlagSetFlags selects the shared flags a command's flag set gets.
+type FlagSetFlags uint
+
+const (
+	// FlagSetClient adds -address and -token.
+	FlagSetClient FlagSetFlags = 1 << iota
+	// FlagSetNamespace adds -namespace, for commands about volumes.
+	FlagSetNamespace
+)
+
+// EnvNamespace is read for the default of -namespace.
+const EnvNamespace = "VOLPLANE_NAMESPACE"
+
+// FlagSet returns a flag set that reports errors through the command (see
+// Parse) instead of printing them itself.
+func (m *Meta) FlagSet(name string, fs FlagSetFlags) *flag.FlagSet {
+	f := flag.NewFlagSet(name, flag.ContinueOnError)
+	f.SetOutput(io.Discard)
+	f.Usage = func() {}
+	if fs&FlagSetClient != 0 {
+		f.StringVar(&m.address, "address", api.DefaultAddress(), "")
+		f.StringVar(&m.token, "token", os.Getenv(api.EnvToken), "")
+	}
+	if fs&FlagSetNamespace != 0 {
+		f.StringVar(&m.namespace, "namespace", os.Getenv(EnvNamespace), "")
+	}
+	return f
+}
+
+// Parse parses args into f. On a bad flag it prints the problem and the
+// command's usage and returns false with the exit code to use.
+func (m *Meta) Parse(c cli.Command, f *flag.FlagSet, args []string) (ok bool, code int) {
+	err := f.Parse(args)
+	switch {
+	case err == nil:
+		return true, 0
+	case errors.Is(err, flag.ErrHelp):
+		m.Ui.Output(strings.TrimSpace(c.Help()))
+		return false, 0
+	}
+	return false, m.UsageError(c, "Error parsing arguments: %s", err)
+}
+
+// UsageError prints a one-line problem and the command's usage to stderr and
+// returns the exit code of a usage error.
+func (m *Meta) UsageError(c cli.Command, format string, args ...any) int {
+	m.Ui.Error(fmt.Sprintf(format, args...))
+	m.Ui.Error("")
+	m.Ui.Error(strings.TrimSpace(c.Help()))
+	return 1
+}
+
+// Fail prints "Error <doing>: <err>" to stderr and returns exit code 1.
+// API errors print as the server's message alone.
+func (m *Meta) Fail(doing string, err error) int {
+	m.Ui.Error(fmt.Sprintf("Error %s: %s", doing, err))
+	return 1
+}
+
+// Client returns an API client for the -address and -token flags.
+func (m *Meta) Client() (*api.Client, error) {
+	return api.NewClient(api.Config{Address: m.address, Token: m.token})
+}
+
+// QueryOptions carries -namespace into a read.
+func (m *Meta) QueryOptions() *api.QueryOptions {
+	return &api.QueryOptions{Namespace: m.namespace}
+}
+
+// WriteOptions carries -namespace into a write.
+func (m *Meta) WriteOptions() *api.WriteOptions {
+	return &api.WriteOptions{Namespace: m.namespace}
+}
+
+// OutputJSON prints v as indented JSON on stdout.
+func (m *Meta) OutputJSON(v any) int {
+	out, err := json.MarshalIndent(v, "", "    ")
+	if err != nil {
+		return m.Fail("formatting JSON", err)
+	}
+	m.Ui.Output(string(out))
+	return 0
+}
+
+// clientOptionsHelp documents the shared flags in every command's help.
+const clientOptionsHelp = `
+Client Options:
+
+  -address=<addr>
+    The address of the volplane agent's HTTP API. Overrides the
+    VOLPLANE_ADDR environment variable. Default: http://127.0.0.1:4646.
+
+  -token=<token>
+    The token sent with every request (X-Nomad-Token). Overrides the
+    VOLPLANE_TOKEN environment variable.`
+
+const namespaceOptionHelp = `
+  -namespace=<namespace>
+    The namespace of the volumes. Overrides the VOLPLANE_NAMESPACE
+    environment variable. Default: the server's default namespace.`
+
+// helpText assembles a command's help from its usage and description, its
+// own options and the shared ones.
+func helpText(usage, options string, fs FlagSetFlags) string {
+	s := strings.TrimSpace(usage) + "\n"
+	if fs&FlagSetClient != 0 {
+		s += clientOptionsHelp + "\n"
+		if fs&FlagSetNamespace != 0 {
+			s += namespaceOptionHelp + "\n"
+		}
+	}
+	if options = strings.Trim(options, "\n"); options != "" {
+		s += "\n" + options + "\n"
+	}
+	return s
+}
+
+// table renders rows under a header as aligned columns.
+func table(header []string, rows [][]string) string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(w, strings.Join(header, "\t"))
+	for _, r := range rows {
+		for i := range r {
+			r[i] = oneLine(r[i])
+		}
+		fmt.Fprintln(w, strings.Join(r, "\t"))
+	}
+	_ = w.Flush()
+	return trimLines(b.String())
+}
+
+// kv renders "Key = Value" lines with the "=" aligned.
+func kv(pairs [][2]string) string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 8, 1, ' ', 0)
+	for _, p := range pairs {
+		fmt.Fprintf(w, "%s\t= %s\n", p[0], oneLine(p[1]))
+	}
+	_ = w.Flush()
+	return trimLines(b.String())
+}
+
+// trimLines drops the padding tabwriter leaves at the end of lines and the
+// final newline (Ui.Output adds one).
+func trimLines(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ")
+	}
+	return strings.Join(lines, "\n")
+}
+
+// oneLine keeps a value on its row: newlines and tabs would break the table.
+func oneLine(s string) string {
+	s = strings.NewReplacer("\r\n", " ", "\n", " ", "\t", " ").Replace(s)
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+// shortID shortens UUID-like IDs to their first 8 characters, as the
+// tables show them unless -verbose is given.
+func shortID(id string, verbose bool) string {
+	if verbose || len(id) <= 8 {
+		return id
+	}
+	return id[:8]
+}
+
+// unixNano formats a time stamped in Unix nanoseconds; 0 means never.
+func unixNano(ns int64) string {
+	if ns == 0 {
+		return ""
+	}
+	return time.Unix(0, ns).Format(time.RFC3339)
+}
+
+// timeOf formats a time.Time; the zero time means never.
+func timeOf(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.Format(time.RFC3339)
+}
+
+// yesNo formats a boolean the way the tables show it.
+func yesNo(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+// ratio formats "healthy/expected".
+func ratio(healthy, expected int) string { return fmt.Sprintf("%d/%d", healthy, expected) }

@@ -1,0 +1,160 @@
+package command
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/volplane/volplane/api"
+	"github.com/volplane/volplane/structs"
+)
+
+// NodeStatusCommand lists client nodes or shows one in detail.
+type NodeStatusCommand struct{ Meta }
+
+func (c *NodeStatusCommand) Synopsis() string { return "Display status information about client nodes" }
+
+func (c *NodeStatusCommand) Help() string {
+	return helpText(`
+Usage: volplane node status [options] [id]
+
+  Without an ID, lists the client nodes with their status, the CSI plugins
+  they run and their last heartbeat. With an ID (or a unique prefix of one),
+  shows the node in detail with the health of each of its plugins.
+`, `
+Status Options:
+
+  -json
+    Print the node or the list as JSON.
+
+  -verbose
+    Show full node IDs, attributes and indexes.`, FlagSetClient)
+}
+
+func (c *NodeStatusCommand) Run(args []string) int {
+	var asJSON, verbose bool
+	f := c.FlagSet("node status", FlagSetClient)
+	f.BoolVar(&asJSON, "json", false, "")
+	f.BoolVar(&verbose, "verbose", false, "")
+	if ok, code := c.Parse(c, f, args); !ok {
+		return code
+	}
+	if f.NArg() > 1 {
+		return c.UsageError(c, "This command takes at most one argument: [id]")
+	}
+	client, err := c.Client()
+	if err != nil {
+		return c.Fail("creating client", err)
+	}
+	if f.NArg() == 0 {
+		return c.list(client, asJSON, verbose)
+	}
+	node, err := lookup("nodes", f.Arg(0),
+		func(id string) (*structs.Node, error) {
+			n, _, err := client.Nodes().Info(id, nil)
+			return n, err
+		},
+		func(prefix string) ([]string, error) {
+			stubs, _, err := client.Nodes().List(&api.QueryOptions{Prefix: prefix})
+			ids := make([]string, len(stubs))
+			for i, s := range stubs {
+				ids[i] = s.ID
+			}
+			return ids, err
+		})
+	if err != nil {
+		return c.Fail("querying node", err)
+	}
+	if asJSON {
+		return c.OutputJSON(node)
+	}
+	c.Ui.Output(formatNode(node, verbose))
+	return 0
+}
+
+func (c *NodeStatusCommand) list(client *api.Client, asJSON, verbose bool) int {
+	stubs, _, err := client.Nodes().List(nil)
+	if err != nil {
+		return c.Fail("querying nodes", err)
+	}
+	if asJSON {
+		return c.OutputJSON(stubs)
+	}
+	if len(stubs) == 0 {
+		c.Ui.Output("No nodes")
+		return 0
+	}
+	var rows [][]string
+	for _, n := range stubs {
+		plugins := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(n.CSIControllerPlugins), n.CSINodePlugins...))))
+		rows = append(rows, []string{shortID(n.ID, verbose), n.Name, n.Status, strings.Join(plugins, ","),
+			unixNano(n.StatusUpdatedAt)})
+	}
+	c.Ui.Output(table([]string{"ID", "Name", "Status", "Plugins", "Last Heartbeat"}, rows))
+	return 0
+}
+
+func formatNode(n *structs.Node, verbose bool) string {
+	pairs := [][2]string{
+		{"ID", n.ID},
+		{"Name", n.Name},
+		{"Datacenter", n.Datacenter},
+		{"Address", n.Address},
+		{"Status", n.Status},
+		{"Status Description", n.StatusDescription},
+		{"Last Heartbeat", unixNano(n.StatusUpdatedAt)},
+	}
+	if verbose {
+		pairs = append(pairs,
+			[2]string{"Create Index", strconv.FormatUint(n.CreateIndex, 10)},
+			[2]string{"Modify Index", strconv.FormatUint(n.ModifyIndex, 10)})
+	}
+	var b strings.Builder
+	b.WriteString(kv(pairs))
+
+	b.WriteString("\n\nCSI Controller Plugins\n")
+	if len(n.CSIControllerPlugins) == 0 {
+		b.WriteString("None")
+	} else {
+		var rows [][]string
+		for _, id := range slices.Sorted(maps.Keys(n.CSIControllerPlugins)) {
+			info := n.CSIControllerPlugins[id]
+			if info == nil {
+				continue
+			}
+			rows = append(rows, []string{id, info.Provider, yesNo(info.Healthy), info.HealthDescription, timeOf(info.UpdateTime)})
+		}
+		b.WriteString(table([]string{"Plugin ID", "Provider", "Healthy", "Health Description", "Update Time"}, rows))
+	}
+
+	b.WriteString("\n\nCSI Node Plugins\n")
+	if len(n.CSINodePlugins) == 0 {
+		b.WriteString("None")
+	} else {
+		var rows [][]string
+		for _, id := range slices.Sorted(maps.Keys(n.CSINodePlugins)) {
+			info := n.CSINodePlugins[id]
+			if info == nil {
+				continue
+			}
+			var ext, max, topo string
+			if ni := info.NodeInfo; ni != nil {
+				ext = ni.ID
+				if ni.MaxVolumes > 0 {
+					max = strconv.FormatInt(ni.MaxVolumes, 10)
+				}
+				topo = segments(ni.AccessibleTopology)
+			}
+			rows = append(rows, []string{id, info.Provider, yesNo(info.Healthy), ext, max, topo,
+				info.HealthDescription, timeOf(info.UpdateTime)})
+		}
+		b.WriteString(table([]string{"Plugin ID", "Provider", "Healthy", "External Node ID", "Max Volumes", "Topology",
+			"Health Description", "Update Time"}, rows))
+	}
+
+	if verbose {
+		writeMap(&b, "Attributes", n.Attributes)
+	}
+	return b.String()
+}

@@ -1,0 +1,153 @@
+package command
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/volplane/volplane/api"
+	"github.com/volplane/volplane/structs"
+)
+
+// PluginStatusCommand lists CSI plugins or shows one in detail.
+type PluginStatusCommand struct{ Meta }
+
+func (c *PluginStatusCommand) Synopsis() string { return "Display status information about CSI plugins" }
+
+func (c *PluginStatusCommand) Help() string {
+	return helpText(`
+Usage: volplane plugin status [options] [id]
+
+  Without an ID, lists the CSI plugins with their provider and how many of
+  their controller and node instances are healthy. With an ID (or a unique
+  prefix of one), shows every instance: its node, whether it is healthy and,
+  when it is not, why.
+`, `
+Status Options:
+
+  -json
+    Print the plugin or the list as JSON.
+
+  -verbose
+    Show full node IDs, node plugin details and indexes.`, FlagSetClient)
+}
+
+func (c *PluginStatusCommand) Run(args []string) int {
+	var asJSON, verbose bool
+	f := c.FlagSet("plugin status", FlagSetClient)
+	f.BoolVar(&asJSON, "json", false, "")
+	f.BoolVar(&verbose, "verbose", false, "")
+	if ok, code := c.Parse(c, f, args); !ok {
+		return code
+	}
+	if f.NArg() > 1 {
+		return c.UsageError(c, "This command takes at most one argument: [id]")
+	}
+	client, err := c.Client()
+	if err != nil {
+		return c.Fail("creating client", err)
+	}
+	if f.NArg() == 0 {
+		return c.list(client, asJSON)
+	}
+	plugin, err := lookup("plugins", f.Arg(0),
+		func(id string) (*structs.CSIPlugin, error) {
+			p, _, err := client.Plugins().Info(id, nil)
+			return p, err
+		},
+		func(prefix string) ([]string, error) {
+			stubs, _, err := client.Plugins().List(&api.QueryOptions{Prefix: prefix})
+			ids := make([]string, len(stubs))
+			for i, s := range stubs {
+				ids[i] = s.ID
+			}
+			return ids, err
+		})
+	if err != nil {
+		return c.Fail("querying plugin", err)
+	}
+	if asJSON {
+		return c.OutputJSON(plugin)
+	}
+	c.Ui.Output(formatPlugin(plugin, verbose))
+	return 0
+}
+
+func (c *PluginStatusCommand) list(client *api.Client, asJSON bool) int {
+	stubs, _, err := client.Plugins().List(nil)
+	if err != nil {
+		return c.Fail("querying plugins", err)
+	}
+	if asJSON {
+		return c.OutputJSON(stubs)
+	}
+	if len(stubs) == 0 {
+		c.Ui.Output("No CSI plugins")
+		return 0
+	}
+	var rows [][]string
+	for _, p := range stubs {
+		rows = append(rows, []string{p.ID, p.Provider, ratio(p.ControllersHealthy, p.ControllersExpected),
+			ratio(p.NodesHealthy, p.NodesExpected)})
+	}
+	c.Ui.Output(table([]string{"ID", "Provider", "Controllers Healthy/Expected", "Nodes Healthy/Expected"}, rows))
+	return 0
+}
+
+func formatPlugin(p *structs.CSIPlugin, verbose bool) string {
+	pairs := [][2]string{
+		{"ID", p.ID},
+		{"Provider", p.Provider},
+		{"Version", p.Version},
+		{"Controller Required", yesNo(p.ControllerRequired)},
+		{"Controllers Healthy", strconv.Itoa(p.ControllersHealthy)},
+		{"Controllers Expected", strconv.Itoa(p.ControllersExpected)},
+		{"Nodes Healthy", strconv.Itoa(p.NodesHealthy)},
+		{"Nodes Expected", strconv.Itoa(p.NodesExpected)},
+	}
+	if verbose {
+		pairs = append(pairs,
+			[2]string{"Create Index", strconv.FormatUint(p.CreateIndex, 10)},
+			[2]string{"Modify Index", strconv.FormatUint(p.ModifyIndex, 10)})
+	}
+	var b strings.Builder
+	b.WriteString(kv(pairs))
+	b.WriteString("\n\nControllers\n")
+	b.WriteString(instances(p.Controllers, false, verbose))
+	b.WriteString("\n\nNodes\n")
+	b.WriteString(instances(p.Nodes, true, verbose))
+	return b.String()
+}
+
+// instances renders a plugin's instances by node ID, sorted.
+func instances(m map[string]*structs.CSIInfo, node, verbose bool) string {
+	if len(m) == 0 {
+		return "No instances"
+	}
+	header := []string{"Node ID", "Healthy", "Health Description", "Update Time"}
+	if node && verbose {
+		header = append(header, "External Node ID", "Max Volumes", "Topology")
+	}
+	var rows [][]string
+	for _, id := range slices.Sorted(maps.Keys(m)) {
+		info := m[id]
+		if info == nil {
+			continue
+		}
+		row := []string{shortID(id, verbose), yesNo(info.Healthy), info.HealthDescription, timeOf(info.UpdateTime)}
+		if node && verbose {
+			var ext, max, topo string
+			if ni := info.NodeInfo; ni != nil {
+				ext = ni.ID
+				if ni.MaxVolumes > 0 {
+					max = strconv.FormatInt(ni.MaxVolumes, 10)
+				}
+				topo = segments(ni.AccessibleTopology)
+			}
+			row = append(row, ext, max, topo)
+		}
+		rows = append(rows, row)
+	}
+	return table(header, rows)
+}

@@ -1,0 +1,144 @@
+package command
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/volplane/volplane/spec"
+	"github.com/volplane/volplane/structs"
+)
+
+// maxSpecSize bounds a specification read from a file or stdin; a volume
+// spec is a few hundred bytes, so anything near this is a mistake.
+const maxSpecSize = 4 << 20
+
+// VolumeRegisterCommand registers (or updates) a volume from a
+// specification file.
+type VolumeRegisterCommand struct {
+	Meta
+	// Stdin is read when the file is "-".
+	Stdin io.Reader
+}
+
+func (c *VolumeRegisterCommand) Synopsis() string { return "Register or update a volume" }
+
+func (c *VolumeRegisterCommand) Help() string {
+	return helpText(`
+Usage: volplane volume register [options] <file>
+
+  Registers a CSI volume that already exists in the storage provider, or
+  updates a registered volume, from a specification file in HCL (Nomad's
+  volume specification format) or JSON. Use "-" as the file to read the
+  specification from standard input.
+
+  See examples/volume.hcl for a specification with every common field.
+`, "", FlagSetClient|FlagSetNamespace)
+}
+
+func (c *VolumeRegisterCommand) Run(args []string) int {
+	f := c.FlagSet("volume register", FlagSetClient|FlagSetNamespace)
+	if ok, code := c.Parse(c, f, args); !ok {
+		return code
+	}
+	if f.NArg() != 1 {
+		return c.UsageError(c, "This command takes one argument: <file>")
+	}
+	path := f.Arg(0)
+
+	src, name, err := c.readSpec(path)
+	if err != nil {
+		return c.Fail("reading volume specification", err)
+	}
+	vol, err := spec.ParseVolume(name, src)
+	if err != nil {
+		c.Ui.Error("Error parsing volume specification:")
+		c.Ui.Error(err.Error())
+		return 1
+	}
+	client, err := c.Client()
+	if err != nil {
+		return c.Fail("creating client", err)
+	}
+	warnings, _, err := client.Volumes().Register([]*structs.CSIVolume{vol}, c.WriteOptions())
+	if err != nil {
+		return c.Fail("registering volume", err)
+	}
+	for _, w := range warnings {
+		c.Ui.Warn("Warning: " + w)
+	}
+	c.Ui.Output(fmt.Sprintf("Volume %q registered", vol.ID))
+	return 0
+}
+
+func (c *VolumeRegisterCommand) readSpec(path string) ([]byte, string, error) {
+	var r io.Reader
+	name := path
+	if path == "-" {
+		r, name = c.Stdin, "<stdin>"
+		if r == nil {
+			r = os.Stdin
+		}
+	} else {
+		file, err := os.Open(path)
+		if err != nil {
+			return nil, "", err
+		}
+		defer file.Close()
+		r = file
+	}
+	src, err := io.ReadAll(io.LimitReader(r, maxSpecSize+1))
+	if err != nil {
+		return nil, "", err
+	}
+	if len(src) > maxSpecSize {
+		return nil, "", fmt.Errorf("%s is larger than %d bytes", name, maxSpecSize)
+	}
+	return src, name, nil
+}
+
+// VolumeDeregisterCommand removes a volume from the cluster's state.
+type VolumeDeregisterCommand struct{ Meta }
+
+func (c *VolumeDeregisterCommand) Synopsis() string { return "Deregister a volume" }
+
+func (c *VolumeDeregisterCommand) Help() string {
+	return helpText(`
+Usage: volplane volume deregister [options] <id>
+
+  Removes a CSI volume from volplane. The volume itself is left in the
+  storage provider. A volume that allocations still claim is refused.
+`, `
+Deregister Options:
+
+  -force
+    Deregister the volume even though it has claims, when every claiming
+    allocation is terminal or gone. Only volplane's state changes: the
+    plugin is not asked to detach anything.`, FlagSetClient|FlagSetNamespace)
+}
+
+func (c *VolumeDeregisterCommand) Run(args []string) int {
+	var force bool
+	f := c.FlagSet("volume deregister", FlagSetClient|FlagSetNamespace)
+	f.BoolVar(&force, "force", false, "")
+	if ok, code := c.Parse(c, f, args); !ok {
+		return code
+	}
+	if f.NArg() != 1 {
+		return c.UsageError(c, "This command takes one argument: <id>")
+	}
+	id := f.Arg(0)
+	client, err := c.Client()
+	if err != nil {
+		return c.Fail("creating client", err)
+	}
+	warnings, _, err := client.Volumes().Deregister(id, force, c.WriteOptions())
+	if err != nil {
+		return c.Fail("deregistering volume", err)
+	}
+	for _, w := range warnings {
+		c.Ui.Warn("Warning: " + w)
+	}
+	c.Ui.Output(fmt.Sprintf("Successfully deregistered volume %q", id))
+	return 0
+}
