@@ -104,7 +104,8 @@ func NewHandler(cfg Config) http.Handler {
 
 // endpoint serves one route. It returns the value to encode as the JSON body
 // (nil for an empty 200) or an error, which becomes a plain-text answer.
-// Endpoints set their X-Nomad-* headers only after the RPC succeeded.
+// Endpoints set their X-Nomad-* headers only after the RPC succeeded, so a
+// failed RPC answers without them.
 type endpoint func(w http.ResponseWriter, r *http.Request) (any, error)
 
 // routes is the one table of paths. ServeMux answers unknown paths with 404
@@ -185,11 +186,9 @@ func (h *handler) writeJSON(w http.ResponseWriter, r *http.Request, out any) {
 }
 
 // writeError answers with the status of err's code and its message as plain
-// text. Headers an endpoint may have set for a success are dropped.
+// text. X-Nomad-* headers set by the endpoint stay: a single read that finds
+// nothing still tells the caller the index to block on until it appears.
 func (h *handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	for _, k := range []string{headerIndex, headerKnownLeader, headerLastContact, headerNextToken} {
-		w.Header().Del(k)
-	}
 	status := statusOf(structs.CodeOf(err))
 	if status >= http.StatusInternalServerError {
 		h.logger.Warn("request failed", "method", r.Method, "path", r.URL.Path,

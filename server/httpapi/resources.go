@@ -37,10 +37,10 @@ func (h *handler) pluginGet(w http.ResponseWriter, r *http.Request) (any, error)
 	if err := h.backend.RPC("CSIPlugin.Get", &args, &reply); err != nil {
 		return nil, err
 	}
+	setMeta(w, &reply.QueryMeta)
 	if reply.Plugin == nil {
 		return nil, structs.ErrNotFound("plugin %q not found", args.ID)
 	}
-	setMeta(w, &reply.QueryMeta)
 	return reply.Plugin, nil
 }
 
@@ -71,10 +71,10 @@ func (h *handler) nodeGet(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err := h.backend.RPC("Node.GetNode", &args, &reply); err != nil {
 		return nil, err
 	}
+	setMeta(w, &reply.QueryMeta)
 	if reply.Node == nil {
 		return nil, structs.ErrNotFound("node %q not found", args.NodeID)
 	}
-	setMeta(w, &reply.QueryMeta)
 	// SecretID is json:"-" already; clearing it too means a change of tags
 	// cannot leak it.
 	node := reply.Node.Copy()

@@ -49,10 +49,10 @@ func (h *handler) volumeGet(w http.ResponseWriter, r *http.Request) (any, error)
 	if err := h.backend.RPC("CSIVolume.Get", &args, &reply); err != nil {
 		return nil, err
 	}
+	setMeta(w, &reply.QueryMeta)
 	if reply.Volume == nil {
 		return nil, structs.ErrNotFound("volume %q not found", args.ID)
 	}
-	setMeta(w, &reply.QueryMeta)
 	// The server sanitizes too; this layer does not rely on it.
 	return reply.Volume.Sanitize(), nil
 }

@@ -14,9 +14,10 @@ import (
 )
 
 // registerBody is the body of PUT /v1/volume/csi/:id. It accepts exactly
-// what Nomad's api.CSIVolumeRegisterRequest encodes, and what volplane's own
-// structs.CSIVolumeRegisterRequest encodes, so any other field is a mistake
-// worth a 400.
+// the fields of Nomad's api.CSIVolumeRegisterRequest (whose volumes may also
+// be volplane's structs.CSIVolume), so any other field is a mistake worth a
+// 400. In particular the RPC request's own fields (Timestamp, AuthToken,
+// Forwarded) are refused: they are the servers' to set.
 type registerBody struct {
 	Volumes []*wireVolume
 
@@ -29,13 +30,6 @@ type registerBody struct {
 	// token travels in the X-Nomad-Token header.
 	PolicyOverride bool
 	SecretID       string
-
-	// Sent by volplane's own client, which encodes the RPC request type, and
-	// ignored: the leader stamps the time, the token travels in the header,
-	// and only servers may mark a request as forwarded.
-	Timestamp int64
-	AuthToken string
-	Forwarded bool
 }
 
 // wireVolume is one volume as Nomad's api.CSIVolume encodes it, plus the
