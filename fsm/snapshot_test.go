@@ -1,0 +1,270 @@
+package fsm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-memdb"
+	"github.com/shoenig/test/must"
+
+	"github.com/volplane/volplane/state"
+	"github.com/volplane/volplane/structs"
+)
+
+// memSink is a raft.SnapshotSink in memory.
+type memSink struct {
+	bytes.Buffer
+	failWrites bool
+	cancelled  bool
+	closed     bool
+}
+
+func (s *memSink) Write(p []byte) (int, error) {
+	if s.failWrites {
+		return 0, errors.New("disk full")
+	}
+	return s.Buffer.Write(p)
+}
+func (s *memSink) ID() string    { return "test" }
+func (s *memSink) Cancel() error { s.cancelled = true; return nil }
+func (s *memSink) Close() error  { s.closed = true; return nil }
+
+// persist snapshots the FSM and returns the bytes written.
+func persist(t *testing.T, f *FSM) []byte {
+	t.Helper()
+	snap, err := f.Snapshot()
+	must.NoError(t, err)
+	defer snap.Release()
+	sink := &memSink{}
+	must.NoError(t, snap.Persist(sink))
+	must.True(t, sink.closed)
+	must.False(t, sink.cancelled)
+	return sink.Bytes()
+}
+
+// populate fills an FSM with every kind of row, through Apply.
+func populate(t *testing.T, f *FSM) {
+	t.Helper()
+	ctrlNode := testNode("n1", "p")
+	ctrlNode.CSIControllerPlugins = map[string]*structs.CSIInfo{"p": {
+		PluginID: "p", Healthy: true, RequiresControllerPlugin: true,
+		ControllerInfo: &structs.CSIControllerInfo{SupportsAttachDetach: true},
+		UpdateTime:     time.Unix(1700000000, 0).UTC(),
+	}}
+	ctrlNode.Attributes = map[string]string{"os": "linux"}
+	mustApply(t, f, 10, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: ctrlNode})
+	mustApply(t, f, 11, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: testNode("n2", "p", "q")})
+	mustApply(t, f, 12, structs.CSIVolumeRegisterRequestType, &structs.CSIVolumeRegisterRequest{
+		Volumes:   []*structs.CSIVolume{testVolume(ns, "v1", "p"), testVolume("prod", "v2", "q")},
+		Timestamp: 1000,
+	})
+	mustApply(t, f, 13, structs.AllocUpsertRequestType, &structs.AllocUpdateRequest{
+		Allocs: []*structs.Allocation{
+			testAlloc(ns, "a1", "n1"), testAlloc(ns, "a2", "n2"), testAlloc("prod", "a3", "n2"),
+		},
+		Timestamp: 2000,
+	})
+	mustApply(t, f, 14, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
+		VolumeID: "v1", Claim: claim("a1", "n1", structs.CSIVolumeClaimWrite), Timestamp: 3000,
+	})
+	mustApply(t, f, 15, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
+		VolumeID: "v1", Claim: claim("a2", "n2", structs.CSIVolumeClaimRead), Timestamp: 3001,
+	})
+	prod := structs.WriteRequest{Namespace: "prod"}
+	mustApply(t, f, 16, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
+		VolumeID: "v2", Claim: claim("a3", "n2", structs.CSIVolumeClaimWrite), Timestamp: 3002, WriteRequest: prod,
+	})
+	release := claim("a3", "n2", structs.CSIVolumeClaimWrite)
+	release.State = structs.CSIVolumeClaimStateNodeDetached
+	release.Attempts, release.LastError, release.NextAttempt = 2, "controller timed out", 9000
+	mustApply(t, f, 17, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
+		VolumeID: "v2", Claim: release, Timestamp: 3003, WriteRequest: prod,
+	})
+}
+
+// dump lists every row of every table, as stored.
+func dump(t *testing.T, st *state.StateStore) map[string][]any {
+	t.Helper()
+	out := map[string][]any{}
+	collect := func(table string, iter memdb.ResultIterator, err error) {
+		must.NoError(t, err)
+		for raw := iter.Next(); raw != nil; raw = iter.Next() {
+			out[table] = append(out[table], raw)
+		}
+	}
+	iter, err := st.Nodes(nil)
+	collect(state.TableNodes, iter, err)
+	iter, err = st.CSIPlugins(nil)
+	collect(state.TableCSIPlugins, iter, err)
+	iter, err = st.CSIVolumesByNamespace(nil, state.AllNamespaces, "")
+	collect(state.TableCSIVolumes, iter, err)
+	iter, err = st.Allocs(nil)
+	collect(state.TableAllocs, iter, err)
+	iter, err = st.Indexes()
+	collect(state.TableIndex, iter, err)
+	return out
+}
+
+func TestSnapshot_RoundTrip(t *testing.T) {
+	src := testFSM(t)
+	populate(t, src)
+	data := persist(t, src)
+
+	dst := testFSM(t)
+	must.NoError(t, dst.Restore(io.NopCloser(bytes.NewReader(data))))
+
+	want, got := dump(t, src.State()), dump(t, dst.State())
+	must.Len(t, 2, want[state.TableNodes])
+	must.Len(t, 2, want[state.TableCSIPlugins])
+	must.Len(t, 2, want[state.TableCSIVolumes])
+	must.Len(t, 3, want[state.TableAllocs])
+	must.Len(t, 4, want[state.TableIndex])
+	must.Eq(t, want, got)
+
+	// Reads that derive fields agree too, and claims came through whole.
+	for _, k := range [][2]string{{ns, "v1"}, {"prod", "v2"}} {
+		wv, err := src.State().CSIVolumeByID(nil, k[0], k[1])
+		must.NoError(t, err)
+		gv, err := dst.State().CSIVolumeByID(nil, k[0], k[1])
+		must.NoError(t, err)
+		must.Eq(t, wv, gv)
+	}
+	v2, err := dst.State().CSIVolumeByID(nil, "prod", "v2")
+	must.NoError(t, err)
+	must.Eq(t, "controller timed out", v2.PastClaims["a3"].LastError)
+	must.Eq(t, structs.CSIVolumeClaimStateNodeDetached, v2.PastClaims["a3"].State)
+	must.Eq(t, structs.CSISecrets{"token": "s3cret"}, v2.Secrets)
+	latest, err := dst.State().LatestIndex()
+	must.NoError(t, err)
+	must.Eq(t, uint64(17), latest)
+
+	// The restored FSM keeps applying where the source left off.
+	mustApply(t, dst, 18, structs.NodeDeregisterRequestType, &structs.NodeDeregisterRequest{NodeIDs: []string{"n1"}})
+}
+
+func TestSnapshot_PointInTime(t *testing.T) {
+	f := testFSM(t)
+	populate(t, f)
+	snap, err := f.Snapshot()
+	must.NoError(t, err)
+	want := dump(t, f.State())
+
+	// Applies after the snapshot was taken are not in it.
+	mustApply(t, f, 20, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: testNode("n9")})
+
+	sink := &memSink{}
+	must.NoError(t, snap.Persist(sink))
+	dst := testFSM(t)
+	must.NoError(t, dst.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))))
+	must.Eq(t, want, dump(t, dst.State()))
+}
+
+func TestSnapshot_PersistErrorCancels(t *testing.T) {
+	f := testFSM(t)
+	populate(t, f)
+	snap, err := f.Snapshot()
+	must.NoError(t, err)
+	sink := &memSink{failWrites: true}
+	must.Error(t, snap.Persist(sink))
+	must.True(t, sink.cancelled)
+	must.False(t, sink.closed)
+}
+
+func TestRestore_Errors(t *testing.T) {
+	f := testFSM(t)
+	mustApply(t, f, 1, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: testNode("keep")})
+	before := f.State()
+
+	err := f.Restore(io.NopCloser(bytes.NewReader([]byte{200, 0x80})))
+	must.ErrorContains(t, err, "SnapshotType(200)")
+
+	// A record cut short.
+	good := persist(t, f)
+	err = f.Restore(io.NopCloser(bytes.NewReader(good[:len(good)-3])))
+	must.Error(t, err)
+
+	// A failed restore leaves the current state in place.
+	must.True(t, before == f.State())
+	must.False(t, closedCh(before.AbandonCh()))
+	n, err := f.State().NodeByID(nil, "keep")
+	must.NoError(t, err)
+	must.NotNil(t, n)
+}
+
+func TestRestore_WakesBlockedReader(t *testing.T) {
+	src := testFSM(t)
+	populate(t, src)
+	data := persist(t, src)
+
+	f := testFSM(t)
+	mustApply(t, f, 1, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: testNode("old")})
+
+	// A blocking query on the old store, waiting as the server's do: on the
+	// rows it read and on the store's abandon channel.
+	old := f.State()
+	ws := memdb.NewWatchSet()
+	_, err := old.IndexWatch(ws, state.TableNodes)
+	must.NoError(t, err)
+	_, err = old.NodeByID(ws, "old")
+	must.NoError(t, err)
+	ws.Add(old.AbandonCh())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	woke := make(chan error, 1)
+	go func() { woke <- ws.WatchCtx(ctx) }()
+
+	must.NoError(t, f.Restore(io.NopCloser(bytes.NewReader(data))))
+	must.NoError(t, <-woke) // nil: a channel fired, not the deadline
+
+	// Re-reading finds the restored store.
+	cur := f.State()
+	must.True(t, old != cur)
+	n, err := cur.NodeByID(nil, "old")
+	must.NoError(t, err)
+	must.Nil(t, n)
+	n, err = cur.NodeByID(nil, "n1")
+	must.NoError(t, err)
+	must.NotNil(t, n)
+}
+
+// TestState_ConcurrentWithRestore runs State against Restore, for the race
+// detector.
+func TestState_ConcurrentWithRestore(t *testing.T) {
+	src := testFSM(t)
+	populate(t, src)
+	data := persist(t, src)
+
+	f := testFSM(t)
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		for i := 0; i < 3 && err == nil; i++ {
+			err = f.Restore(io.NopCloser(bytes.NewReader(data)))
+		}
+		done <- err
+	}()
+	for {
+		select {
+		case err := <-done:
+			must.NoError(t, err)
+			return
+		default:
+			_, err := f.State().NodeByID(nil, "n1")
+			must.NoError(t, err)
+		}
+	}
+}
+
+func closedCh(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
