@@ -52,9 +52,7 @@ func (c *VolumeRegisterCommand) Run(args []string) int {
 	}
 	vol, err := spec.ParseVolume(name, src)
 	if err != nil {
-		c.Ui.Error("Error parsing volume specification:")
-		c.Ui.Error(err.Error())
-		return 1
+		return c.Fail("parsing volume specification", err)
 	}
 	client, err := c.Client()
 	if err != nil {

@@ -216,12 +216,8 @@ func formatClaims(v *structs.CSIVolume, verbose bool) string {
 			if cl == nil {
 				continue
 			}
-			attempts := ""
-			if cl.Attempts > 0 {
-				attempts = strconv.Itoa(cl.Attempts)
-			}
 			rows = append(rows, []string{kind, shortID(id, verbose), shortID(cl.NodeID, verbose), cl.Mode.String(),
-				string(cl.AccessMode), cl.State.String(), attempts, cl.LastError, unixNano(cl.NextAttempt)})
+				string(cl.AccessMode), cl.State.String(), strconv.Itoa(cl.Attempts), cl.LastError, unixNano(cl.NextAttempt)})
 		}
 	}
 	add("read", v.ReadClaims)

@@ -1,6 +1,9 @@
 package server
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -71,4 +74,60 @@ func DefaultConfig() *Config {
 		HeartbeatTTL:      10 * time.Second,
 		NodeGracePeriod:   10 * time.Second,
 	}
+}
+
+// normalize fills defaults and rejects a configuration that cannot work,
+// naming the setting at fault.
+func (c *Config) normalize() error {
+	d := DefaultConfig()
+	if c.Logger == nil {
+		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "volplane", Level: hclog.Info})
+	}
+	if c.RaftConfig == nil {
+		c.RaftConfig = d.RaftConfig
+	}
+	if c.RaftTimeout == 0 {
+		c.RaftTimeout = d.RaftTimeout
+	}
+	if c.RPCHoldTimeout == 0 {
+		c.RPCHoldTimeout = d.RPCHoldTimeout
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = d.MaxRequestBytes
+	}
+	if c.RetryJoinInterval == 0 {
+		c.RetryJoinInterval = d.RetryJoinInterval
+	}
+	if c.HeartbeatTTL == 0 {
+		c.HeartbeatTTL = d.HeartbeatTTL
+	}
+	if c.NodeGracePeriod == 0 {
+		c.NodeGracePeriod = d.NodeGracePeriod
+	}
+	if c.RPCAddr == "" {
+		c.RPCAddr = d.RPCAddr
+	}
+	if c.DevMode {
+		c.BootstrapExpect = 1
+	}
+	if c.NodeName == "" {
+		c.NodeName = hostname()
+	}
+	switch {
+	case c.BootstrapExpect < 0:
+		return fmt.Errorf("bootstrap_expect must not be negative (got %d)", c.BootstrapExpect)
+	case c.BootstrapExpect == 0 && len(c.RetryJoin) == 0:
+		return errors.New("a server needs bootstrap_expect or retry_join addresses to form or join a cluster")
+	case !c.DevMode && c.DataDir == "":
+		return errors.New("a server needs a data_dir (or -dev)")
+	}
+	return nil
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "volplane-server"
+	}
+	return h
 }

@@ -1,0 +1,258 @@
+package command
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/cli"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/volplane/volplane/server"
+)
+
+// AgentCommand runs a server agent (and, with -dev, a whole single-process
+// cluster).
+type AgentCommand struct {
+	UI cli.Ui
+	// ShutdownCh, when set, replaces the process signals (for tests).
+	ShutdownCh <-chan struct{}
+}
+
+func (c *AgentCommand) Synopsis() string { return "Run a volplane agent" }
+
+func (c *AgentCommand) Help() string {
+	return strings.TrimSpace(`
+Usage: volplane agent [options]
+
+  Runs a volplane agent until it is interrupted (SIGINT or SIGTERM).
+
+  -dev                    Run a single-server cluster with its state in a
+                          temporary directory, for trying volplane out.
+  -server                 Run as a server.
+  -config=FILE            Read settings from an HCL file; flags override it.
+  -node-name=NAME         The agent's name (default: the host name).
+  -data-dir=DIR           Where the node ID, Raft log and snapshots live.
+  -bind=IP                The address the HTTP and RPC listeners bind to
+                          (default 127.0.0.1).
+  -http-port=N            HTTP API port (default 4646).
+  -rpc-port=N             RPC and Raft port (default 4647).
+  -advertise=HOST:PORT    The RPC address other agents dial (default: the
+                          bind address and RPC port).
+  -bootstrap-expect=N     Form a cluster once N servers have met.
+  -retry-join=HOST:PORT   Another server to join; repeatable.
+  -log-level=LEVEL        trace, debug, info, warn or error (default info).
+  -log-json               Log in JSON.
+`)
+}
+
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func (c *AgentCommand) Run(args []string) int {
+	cfg, dev, err := c.parse(args)
+	if err != nil {
+		c.UI.Error("Error: " + err.Error())
+		return 1
+	}
+	srvCfg, cleanup, err := c.serverConfig(cfg, dev)
+	if err != nil {
+		c.UI.Error("Error: " + err.Error())
+		return 1
+	}
+	defer cleanup()
+
+	srv, err := server.NewServer(srvCfg)
+	if err != nil {
+		c.UI.Error("Error starting agent: " + err.Error())
+		return 1
+	}
+	c.UI.Output(fmt.Sprintf("volplane agent started: server %q, RPC %s, HTTP http://%s", srvCfg.NodeName, srv.RPCAddr(), srv.HTTPAddr()))
+	if dev {
+		c.UI.Output("Development mode: a single server whose state is discarded on exit.")
+	}
+
+	c.waitForShutdown()
+	c.UI.Output("Shutting down")
+	if err := srv.Shutdown(); err != nil {
+		c.UI.Error("Error during shutdown: " + err.Error())
+		return 1
+	}
+	return 0
+}
+
+func (c *AgentCommand) waitForShutdown() {
+	if c.ShutdownCh != nil {
+		<-c.ShutdownCh
+		return
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	<-sigs
+}
+
+// parse reads the config file, then lets flags override it.
+func (c *AgentCommand) parse(args []string) (*AgentConfig, bool, error) {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.Usage = func() { c.UI.Error(c.Help()) }
+	var (
+		dev, srv, logJSON                   bool
+		configFile, nodeName, dataDir, bind string
+		advertise, logLevel                 string
+		httpPort, rpcPort, expect           int
+		retryJoin                           stringList
+	)
+	fs.BoolVar(&dev, "dev", false, "")
+	fs.BoolVar(&srv, "server", false, "")
+	fs.StringVar(&configFile, "config", "", "")
+	fs.StringVar(&nodeName, "node-name", "", "")
+	fs.StringVar(&dataDir, "data-dir", "", "")
+	fs.StringVar(&bind, "bind", "", "")
+	fs.StringVar(&advertise, "advertise", "", "")
+	fs.IntVar(&httpPort, "http-port", -1, "")
+	fs.IntVar(&rpcPort, "rpc-port", -1, "")
+	fs.IntVar(&expect, "bootstrap-expect", -1, "")
+	fs.Var(&retryJoin, "retry-join", "")
+	fs.StringVar(&logLevel, "log-level", "", "")
+	fs.BoolVar(&logJSON, "log-json", false, "")
+	if err := fs.Parse(args); err != nil {
+		return nil, false, fmt.Errorf("agent: %v", err)
+	}
+	if fs.NArg() > 0 {
+		return nil, false, fmt.Errorf("agent takes no arguments, got %q", fs.Args())
+	}
+
+	cfg := &AgentConfig{}
+	if configFile != "" {
+		var err error
+		if cfg, err = LoadAgentConfig(configFile); err != nil {
+			return nil, false, err
+		}
+	}
+	if cfg.Server == nil {
+		cfg.Server = &ServerBlock{}
+	}
+	if cfg.Ports == nil {
+		cfg.Ports = &PortsConfig{}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["server"] {
+		cfg.Server.Enabled = srv
+	}
+	if set["node-name"] {
+		cfg.NodeName = nodeName
+	}
+	if set["data-dir"] {
+		cfg.DataDir = dataDir
+	}
+	if set["bind"] {
+		cfg.BindAddr = bind
+	}
+	if set["advertise"] {
+		if cfg.Advert == nil {
+			cfg.Advert = &AdvertConfig{}
+		}
+		cfg.Advert.RPC = advertise
+	}
+	if set["http-port"] {
+		cfg.Ports.HTTP = httpPort
+	}
+	if set["rpc-port"] {
+		cfg.Ports.RPC = rpcPort
+	}
+	if set["bootstrap-expect"] {
+		cfg.Server.BootstrapExpect = expect
+	}
+	if len(retryJoin) > 0 {
+		cfg.Server.RetryJoin = append([]string(nil), retryJoin...)
+	}
+	if set["log-level"] {
+		cfg.LogLevel = logLevel
+	}
+	if set["log-json"] {
+		cfg.LogJSON = logJSON
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, false, err
+	}
+	if !dev && !cfg.Server.Enabled {
+		return nil, false, fmt.Errorf("agent: give -server (or server { enabled = true } in the config file), or -dev")
+	}
+	return cfg, dev, nil
+}
+
+// serverConfig turns the agent configuration into the server's.
+func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, func(), error) {
+	cfg := server.DefaultConfig()
+	cleanup := func() {}
+	level := hclog.LevelFromString(a.LogLevel)
+	if level == hclog.NoLevel {
+		level = hclog.Info
+	}
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{
+		Name:       "volplane",
+		Level:      level,
+		JSONFormat: a.LogJSON,
+		Output:     os.Stderr,
+	})
+	bind := a.BindAddr
+	if bind == "" {
+		bind = "127.0.0.1"
+	}
+	httpPort, rpcPort := defaultHTTPPort, defaultRPCPort
+	if a.Ports.HTTP > 0 {
+		httpPort = a.Ports.HTTP
+	}
+	if a.Ports.RPC > 0 {
+		rpcPort = a.Ports.RPC
+	}
+	cfg.HTTPAddr = net.JoinHostPort(bind, strconv.Itoa(httpPort))
+	cfg.RPCAddr = net.JoinHostPort(bind, strconv.Itoa(rpcPort))
+	if a.Advert != nil && a.Advert.RPC != "" {
+		cfg.RPCAdvertise = withDefaultPort(a.Advert.RPC)
+	}
+	cfg.NodeName = a.NodeName
+	cfg.DataDir = a.DataDir
+	cfg.BootstrapExpect = a.Server.BootstrapExpect
+	for _, j := range a.Server.RetryJoin {
+		cfg.RetryJoin = append(cfg.RetryJoin, withDefaultPort(j))
+	}
+	if a.Server.RetryInterval != "" {
+		d, _ := time.ParseDuration(a.Server.RetryInterval)
+		cfg.RetryJoinInterval = d
+	}
+	if a.Server.RaftSnapshotThreshold > 0 {
+		cfg.RaftConfig.SnapshotThreshold = uint64(a.Server.RaftSnapshotThreshold)
+	}
+	if dev {
+		cfg.DevMode = true
+		if cfg.NodeName == "" {
+			cfg.NodeName = "dev"
+		}
+		if cfg.DataDir == "" {
+			dir, err := os.MkdirTemp("", "volplane-dev-")
+			if err != nil {
+				return nil, cleanup, fmt.Errorf("creating a temporary data dir: %w", err)
+			}
+			cfg.DataDir = dir
+			cleanup = func() { os.RemoveAll(dir) }
+		}
+	}
+	return cfg, cleanup, nil
+}
+
+func init() {
+	Register("agent", func(ui cli.Ui) cli.CommandFactory {
+		return func() (cli.Command, error) { return &AgentCommand{UI: ui}, nil }
+	})
+}

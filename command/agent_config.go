@@ -1,0 +1,134 @@
+package command
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsimple"
+)
+
+// AgentConfig is the agent's configuration file (HCL), and what the flags
+// are merged into.
+type AgentConfig struct {
+	NodeName string        `hcl:"node_name,optional"`
+	DataDir  string        `hcl:"data_dir,optional"`
+	BindAddr string        `hcl:"bind_addr,optional"`
+	LogLevel string        `hcl:"log_level,optional"`
+	LogJSON  bool          `hcl:"log_json,optional"`
+	Ports    *PortsConfig  `hcl:"ports,block"`
+	Advert   *AdvertConfig `hcl:"advertise,block"`
+	Server   *ServerBlock  `hcl:"server,block"`
+}
+
+// PortsConfig are the agent's ports.
+type PortsConfig struct {
+	HTTP int `hcl:"http,optional"`
+	RPC  int `hcl:"rpc,optional"`
+}
+
+// AdvertConfig is the address other agents reach this one at.
+type AdvertConfig struct {
+	RPC string `hcl:"rpc,optional"`
+}
+
+// ServerBlock configures the server role.
+type ServerBlock struct {
+	Enabled         bool     `hcl:"enabled,optional"`
+	BootstrapExpect int      `hcl:"bootstrap_expect,optional"`
+	RetryJoin       []string `hcl:"retry_join,optional"`
+	RetryInterval   string   `hcl:"retry_interval,optional"`
+	// RaftSnapshotThreshold overrides the number of log entries between
+	// snapshots.
+	RaftSnapshotThreshold int `hcl:"raft_snapshot_threshold,optional"`
+}
+
+// Default ports, as Nomad's.
+const (
+	defaultHTTPPort = 4646
+	defaultRPCPort  = 4647
+)
+
+// LoadAgentConfig parses an agent configuration file. Unknown attributes
+// and blocks are errors that name the file and line.
+func LoadAgentConfig(path string) (*AgentConfig, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config file: %w", err)
+	}
+	return ParseAgentConfig(path, src)
+}
+
+// ParseAgentConfig parses the configuration in src; filename is used in
+// error messages.
+func ParseAgentConfig(filename string, src []byte) (*AgentConfig, error) {
+	var cfg AgentConfig
+	if err := hclsimple.Decode(filename+".hcl", src, nil, &cfg); err != nil {
+		if diags, ok := err.(hcl.Diagnostics); ok {
+			return nil, fmt.Errorf("config file %s", diagString(diags))
+		}
+		return nil, fmt.Errorf("config file %s: %w", filename, err)
+	}
+	return &cfg, cfg.validate()
+}
+
+func diagString(diags hcl.Diagnostics) string {
+	d := diags[0]
+	where := ""
+	if d.Subject != nil {
+		where = fmt.Sprintf("%s:%d: ", d.Subject.Filename, d.Subject.Start.Line)
+	}
+	msg := where + d.Summary
+	if d.Detail != "" {
+		msg += ": " + d.Detail
+	}
+	if len(diags) > 1 {
+		msg += fmt.Sprintf(" (and %d more problems)", len(diags)-1)
+	}
+	return msg
+}
+
+func (c *AgentConfig) validate() error {
+	if c.Ports != nil {
+		for name, p := range map[string]int{"http": c.Ports.HTTP, "rpc": c.Ports.RPC} {
+			if p < 0 || p > 65535 {
+				return fmt.Errorf("ports.%s = %d is not a port number", name, p)
+			}
+		}
+	}
+	if c.BindAddr != "" && net.ParseIP(c.BindAddr) == nil {
+		return fmt.Errorf("bind_addr %q is not an IP address", c.BindAddr)
+	}
+	if s := c.Server; s != nil {
+		if s.BootstrapExpect < 0 {
+			return fmt.Errorf("server.bootstrap_expect must not be negative (got %d)", s.BootstrapExpect)
+		}
+		for _, a := range s.RetryJoin {
+			if _, _, err := net.SplitHostPort(withDefaultPort(a)); err != nil {
+				return fmt.Errorf("server.retry_join address %q: %v", a, err)
+			}
+		}
+		if s.RetryInterval != "" {
+			if _, err := time.ParseDuration(s.RetryInterval); err != nil {
+				return fmt.Errorf("server.retry_interval %q: %v", s.RetryInterval, err)
+			}
+		}
+	}
+	switch c.LogLevel {
+	case "", "trace", "debug", "info", "warn", "error", "TRACE", "DEBUG", "INFO", "WARN", "ERROR":
+	default:
+		return fmt.Errorf("log_level %q is not one of trace, debug, info, warn, error", c.LogLevel)
+	}
+	return nil
+}
+
+// withDefaultPort adds the RPC port to an address given without one.
+func withDefaultPort(addr string) string {
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr
+	}
+	return net.JoinHostPort(addr, strconv.Itoa(defaultRPCPort))
+}

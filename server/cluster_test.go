@@ -1,0 +1,212 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/testutil"
+)
+
+// registerNode registers a node with healthy instances of the plugins
+// through the given server.
+func registerNode(t *testing.T, s *Server, plugins ...string) *structs.Node {
+	t.Helper()
+	node := testutil.Node(plugins...)
+	var resp structs.NodeUpdateResponse
+	must.NoError(t, s.RPC("Node.Register", &structs.NodeRegisterRequest{Node: node}, &resp))
+	must.Positive(t, resp.Index)
+	return node
+}
+
+func registerVolume(t *testing.T, s *Server, vol *structs.CSIVolume) uint64 {
+	t.Helper()
+	var resp structs.CSIVolumeRegisterResponse
+	must.NoError(t, s.RPC("CSIVolume.Register", &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{vol}}, &resp))
+	return resp.Index
+}
+
+func getVolume(t *testing.T, s *Server, id string, stale bool) *structs.CSIVolume {
+	t.Helper()
+	var resp structs.CSIVolumeGetResponse
+	req := &structs.CSIVolumeGetRequest{ID: id}
+	req.AllowStale = stale
+	must.NoError(t, s.RPC("CSIVolume.Get", req, &resp))
+	return resp.Volume
+}
+
+func followers(servers []*Server, leader *Server) []*Server {
+	var out []*Server
+	for _, s := range servers {
+		if s != leader {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func TestCluster_WriteThroughFollower(t *testing.T) {
+	servers := TestCluster(t, 3, nil)
+	leader := WaitForLeader(t, servers...)
+	f := followers(servers, leader)[0]
+
+	registerNode(t, f, "dev")
+	vol := testutil.CSIVolume("dev")
+	index := registerVolume(t, f, vol)
+	must.Positive(t, index)
+
+	// The leader applied it; every server converges on it.
+	for _, s := range servers {
+		testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
+			got, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+			return got != nil, err
+		})
+	}
+	got := getVolume(t, f, vol.ID, false)
+	must.NotNil(t, got)
+	must.Eq(t, vol.ExternalID, got.ExternalID)
+	must.Nil(t, got.Secrets, must.Sprint("secrets must never leave the servers"))
+	must.Eq(t, []string{structs.RedactedValue}, got.MountOptions.MountFlags)
+	must.True(t, got.Schedulable)
+	must.Eq(t, "dev.csi.volplane.io", got.Provider)
+}
+
+func TestCluster_LeaderFailover(t *testing.T) {
+	servers := TestCluster(t, 3, nil)
+	leader := WaitForLeader(t, servers...)
+	registerNode(t, leader, "dev")
+	before := testutil.CSIVolume("dev")
+	registerVolume(t, leader, before)
+
+	must.NoError(t, leader.Shutdown())
+	survivors := followers(servers, leader)
+	newLeader := WaitForLeaderOf(t, survivors)
+	must.NotEq(t, leader.NodeID(), newLeader.NodeID())
+
+	// Writes continue through either survivor.
+	for _, s := range survivors {
+		vol := testutil.CSIVolume("dev")
+		registerVolume(t, s, vol)
+		must.NotNil(t, getVolume(t, s, vol.ID, false))
+	}
+	must.NotNil(t, getVolume(t, survivors[0], before.ID, false))
+}
+
+// WaitForLeaderOf waits for a leader among servers without requiring that
+// the configuration has only them.
+func WaitForLeaderOf(t *testing.T, servers []*Server) *Server {
+	t.Helper()
+	var leader *Server
+	testutil.WaitForResult(t, 30*time.Second, func() (bool, error) {
+		leader = Leader(servers...)
+		return leader != nil && leader.isLeaderReady(), nil
+	})
+	return leader
+}
+
+func TestCluster_RestartedFollowerCatchesUpFromSnapshot(t *testing.T) {
+	servers := TestCluster(t, 3, func(i int, c *Config) {
+		c.RaftConfig.SnapshotThreshold = 16
+		c.RaftConfig.SnapshotInterval = 50 * time.Millisecond
+		c.RaftConfig.TrailingLogs = 4
+	})
+	leader := WaitForLeader(t, servers...)
+	registerNode(t, leader, "dev")
+
+	stopped := followers(servers, leader)[0]
+	cfg := *stopped.config
+	rc := *cfg.RaftConfig
+	cfg.RaftConfig = &rc
+	cfg.RPCAddr = stopped.RPCAddr()
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.RetryJoin = []string{leader.RPCAddr()}
+	must.NoError(t, stopped.Shutdown())
+
+	// Enough writes that the leader snapshots and truncates its log past
+	// what the stopped follower has.
+	var ids []string
+	for i := 0; i < 60; i++ {
+		vol := testutil.CSIVolume("dev")
+		registerVolume(t, leader, vol)
+		ids = append(ids, vol.ID)
+	}
+	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
+		return leader.raft.Stats()["last_snapshot_index"] != "0", nil
+	})
+
+	restarted, err := NewServer(&cfg)
+	must.NoError(t, err)
+	t.Cleanup(func() { restarted.Shutdown() })
+	must.Eq(t, stopped.NodeID(), restarted.NodeID(), must.Sprint("the node ID survives a restart"))
+
+	testutil.WaitForResult(t, 30*time.Second, func() (bool, error) {
+		for _, id := range ids {
+			v, err := restarted.State().CSIVolumeByID(nil, structs.DefaultNamespace, id)
+			if err != nil || v == nil {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	// It caught up through a snapshot the leader sent, not only the log.
+	must.NotEq(t, "0", restarted.raft.Stats()["last_snapshot_index"])
+	// And it answers stale reads from its own state.
+	must.NotNil(t, getVolume(t, restarted, ids[len(ids)-1], true))
+}
+
+func TestServer_BlockingQuery(t *testing.T) {
+	s := TestServer(t, nil)
+	WaitForLeader(t, s)
+	registerNode(t, s, "dev")
+
+	var list structs.CSIVolumeListResponse
+	must.NoError(t, s.RPC("CSIVolume.List", &structs.CSIVolumeListRequest{}, &list))
+	must.Len(t, 0, list.Volumes)
+
+	done := make(chan structs.CSIVolumeListResponse, 1)
+	errc := make(chan error, 1)
+	go func() {
+		var resp structs.CSIVolumeListResponse
+		req := &structs.CSIVolumeListRequest{}
+		req.MinQueryIndex = list.Index
+		req.MaxQueryTime = 30 * time.Second
+		if err := s.RPC("CSIVolume.List", req, &resp); err != nil {
+			errc <- err
+			return
+		}
+		done <- resp
+	}()
+
+	vol := testutil.CSIVolume("dev")
+	index := registerVolume(t, s, vol)
+	select {
+	case resp := <-done:
+		must.Len(t, 1, resp.Volumes)
+		must.Eq(t, index, resp.Index)
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("blocking query did not return after the index moved")
+	}
+
+	// A blocking query whose index does not move returns when it times out.
+	var resp structs.CSIVolumeListResponse
+	req := &structs.CSIVolumeListRequest{}
+	req.MinQueryIndex = index
+	req.MaxQueryTime = 50 * time.Millisecond
+	must.NoError(t, s.RPC("CSIVolume.List", req, &resp))
+	must.Eq(t, index, resp.Index)
+}
+
+func TestServer_SingleBootstrapExpectOne(t *testing.T) {
+	s := TestServer(t, nil)
+	WaitForLeader(t, s)
+	var leader string
+	must.NoError(t, s.RPC("Status.Leader", &structs.GenericRequest{}, &leader))
+	must.Eq(t, s.RPCAddr(), leader)
+	var peers []string
+	must.NoError(t, s.RPC("Status.Peers", &structs.GenericRequest{}, &peers))
+	must.Eq(t, []string{s.RPCAddr()}, peers)
+}

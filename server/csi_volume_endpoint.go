@@ -1,0 +1,271 @@
+package server
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/volplane/volplane/state"
+	"github.com/volplane/volplane/structs"
+)
+
+// CSIVolume is the endpoint for registering, reading and removing volumes.
+type CSIVolume struct {
+	srv    *Server
+	logger hclog.Logger
+}
+
+// Register registers new volumes or updates registered ones, all or
+// nothing. Every volume is checked here, against the leader's state, so a
+// refused request costs no Raft entry; the FSM checks again.
+func (e *CSIVolume) Register(args *structs.CSIVolumeRegisterRequest, reply *structs.CSIVolumeRegisterResponse) error {
+	if done, err := e.srv.forward("CSIVolume.Register", args, args, reply); done {
+		return err
+	}
+	if len(args.Volumes) == 0 {
+		return structs.ErrInvalid("missing volume definition")
+	}
+	snap, err := e.srv.State().Snapshot()
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	out := make([]*structs.CSIVolume, 0, len(args.Volumes))
+	for i, in := range args.Volumes {
+		if in == nil {
+			return structs.ErrInvalid("volume %d of the request is empty", i+1)
+		}
+		vol, err := e.prepareRegister(snap, in, args.RequestNamespace())
+		if err != nil {
+			return err
+		}
+		key := vol.Namespace + "/" + vol.ID
+		if seen[key] {
+			return structs.ErrInvalid("volume %q appears twice in the request", vol.ID)
+		}
+		seen[key] = true
+		out = append(out, vol)
+	}
+	args.Volumes = out
+	args.Timestamp = structs.NowNano()
+
+	_, index, err := e.srv.raftApply(structs.CSIVolumeRegisterRequestType, args)
+	if err != nil {
+		return err
+	}
+	for _, v := range out {
+		e.logger.Debug("volume registered", "volume_id", v.ID, "namespace", v.Namespace, "plugin_id", v.PluginID)
+	}
+	reply.Index = index
+	e.srv.setQueryMeta(&reply.QueryMeta)
+	return nil
+}
+
+// prepareRegister validates one volume and returns what is to be written:
+// the volume itself when it is new, or the stored volume with the update
+// merged in.
+func (e *CSIVolume) prepareRegister(snap *state.StateSnapshot, in *structs.CSIVolume, namespace string) (*structs.CSIVolume, error) {
+	vol := in.Copy()
+	if vol.Namespace == "" {
+		vol.Namespace = namespace
+	}
+	if err := vol.Validate(); err != nil {
+		return nil, err
+	}
+	plugin, err := snap.CSIPluginByID(nil, vol.PluginID)
+	if err != nil {
+		return nil, err
+	}
+	if plugin == nil {
+		return nil, structs.ErrNotFound("volume %q: no CSI plugin named %q could be found", vol.ID, vol.PluginID)
+	}
+	if plugin.ControllerRequired && plugin.ControllersHealthy == 0 {
+		return nil, structs.NewError(structs.ErrCodeUnschedulable,
+			"volume %q: plugin %q requires a controller and has no healthy controllers", vol.ID, vol.PluginID)
+	}
+	vol.Provider, vol.ProviderVersion = plugin.Provider, plugin.Version
+
+	existing, err := snap.CSIVolumeByID(nil, vol.Namespace, vol.ID)
+	if err != nil {
+		return nil, err
+	}
+	if existing != nil {
+		merged, err := existing.Merge(vol)
+		if err != nil {
+			return nil, err
+		}
+		merged.Provider, merged.ProviderVersion = vol.Provider, vol.ProviderVersion
+		vol = merged
+	} else if len(vol.Topologies) == 0 && vol.RequestedTopologies != nil {
+		for _, t := range vol.RequestedTopologies.Required {
+			vol.Topologies = append(vol.Topologies, t.Copy())
+		}
+	}
+	clearDerived(vol)
+	return vol, nil
+}
+
+// clearDerived zeroes the fields that are computed on read, so they never
+// reach the log.
+func clearDerived(v *structs.CSIVolume) {
+	v.Schedulable = false
+	v.ControllerRequired = false
+	v.ControllersHealthy, v.ControllersExpected = 0, 0
+	v.NodesHealthy, v.NodesExpected = 0, 0
+}
+
+// Deregister removes volumes from state. It is refused while a volume is
+// claimed, unless Force is set and every claiming allocation is terminal or
+// gone; the plugin is not asked to unpublish anything.
+func (e *CSIVolume) Deregister(args *structs.CSIVolumeDeregisterRequest, reply *structs.CSIVolumeDeregisterResponse) error {
+	if done, err := e.srv.forward("CSIVolume.Deregister", args, args, reply); done {
+		return err
+	}
+	if len(args.VolumeIDs) == 0 {
+		return structs.ErrInvalid("missing volume IDs")
+	}
+	ns := args.RequestNamespace()
+	st := e.srv.State()
+	for _, id := range args.VolumeIDs {
+		vol, err := st.CSIVolumeByID(nil, ns, id)
+		if err != nil {
+			return err
+		}
+		if vol == nil {
+			return structs.ErrNotFound("volume %q not found", id)
+		}
+		if vol.InUse() && !args.Force {
+			return structs.ErrConflict("volume %q in use: %s", id, describeClaims(vol))
+		}
+		if vol.InUse() && args.Force {
+			reply.Warnings = append(reply.Warnings, "volume "+id+" was claimed; "+
+				"deregistering it with -force does not unpublish it from any node or controller")
+		}
+	}
+	_, index, err := e.srv.raftApply(structs.CSIVolumeDeregisterRequestType, args)
+	if err != nil {
+		return err
+	}
+	reply.Index = index
+	e.srv.setQueryMeta(&reply.QueryMeta)
+	return nil
+}
+
+// Get returns one volume without its secrets; Volume is nil when unknown.
+func (e *CSIVolume) Get(args *structs.CSIVolumeGetRequest, reply *structs.CSIVolumeGetResponse) error {
+	if done, err := e.srv.forward("CSIVolume.Get", args, args, reply); done {
+		return err
+	}
+	if args.ID == "" {
+		return structs.ErrInvalid("missing volume ID")
+	}
+	ns := args.RequestNamespace()
+	return e.srv.blockingQuery(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, st *state.StateStore) (uint64, error) {
+		vol, err := st.CSIVolumeByID(ws, ns, args.ID)
+		if err != nil {
+			return 0, err
+		}
+		if vol == nil {
+			reply.Volume = nil
+			return st.IndexWatch(ws, state.TableCSIVolumes)
+		}
+		// Plugin health is part of the answer, so a plugin change wakes us.
+		if _, err := st.CSIPluginByID(ws, vol.PluginID); err != nil {
+			return 0, err
+		}
+		reply.Volume = vol.Sanitize()
+		return vol.ModifyIndex, nil
+	})
+}
+
+// List returns one page of volume stubs in a namespace ("*" for all),
+// optionally of one plugin, with an ID prefix, or claimed on one node.
+func (e *CSIVolume) List(args *structs.CSIVolumeListRequest, reply *structs.CSIVolumeListResponse) error {
+	if done, err := e.srv.forward("CSIVolume.List", args, args, reply); done {
+		return err
+	}
+	if args.PerPage < 0 {
+		return structs.ErrInvalid("per_page must not be negative")
+	}
+	ns := args.RequestNamespace()
+	return e.srv.blockingQuery(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, st *state.StateStore) (uint64, error) {
+		index, err := st.IndexWatch(ws, state.TableCSIVolumes, state.TableCSIPlugins)
+		if err != nil {
+			return 0, err
+		}
+		if args.NodeID != "" {
+			reply.Volumes, err = volumesOnNode(st, ns, args.Prefix, args.PluginID, args.NodeID)
+			reply.NextToken = ""
+			return index, err
+		}
+		// The table index rows are watched already; per-row watches would
+		// only cost memory on large lists.
+		stubs, next, err := st.CSIVolumeStubs(nil, ns, args.Prefix, args.PluginID, args.NextToken, int(args.PerPage))
+		if err != nil {
+			return 0, err
+		}
+		if stubs == nil {
+			stubs = []*structs.CSIVolListStub{}
+		}
+		reply.Volumes, reply.NextToken = stubs, next
+		return index, nil
+	})
+}
+
+// volumesOnNode lists the volumes with a claim held or being released on a
+// node.
+func volumesOnNode(st *state.StateStore, ns, prefix, pluginID, nodeID string) ([]*structs.CSIVolListStub, error) {
+	var iter memdb.ResultIterator
+	var err error
+	if pluginID != "" {
+		iter, err = st.CSIVolumesByPluginID(nil, ns, prefix, pluginID)
+	} else {
+		iter, err = st.CSIVolumesByNamespace(nil, ns, prefix)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := []*structs.CSIVolListStub{}
+	for raw := iter.Next(); raw != nil; raw = iter.Next() {
+		vol := raw.(*structs.CSIVolume)
+		if !claimedOnNode(vol, nodeID) {
+			continue
+		}
+		full, err := st.CSIVolumeDenormalizePlugins(nil, vol)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, full.Stub())
+	}
+	return out, nil
+}
+
+func claimedOnNode(v *structs.CSIVolume, nodeID string) bool {
+	for _, m := range []map[string]*structs.CSIVolumeClaim{v.ReadClaims, v.WriteClaims, v.PastClaims} {
+		for _, c := range m {
+			if c.NodeID == nodeID {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// describeClaims lists who holds a volume, for "in use" errors.
+func describeClaims(v *structs.CSIVolume) string {
+	var parts []string
+	add := func(kind string, m map[string]*structs.CSIVolumeClaim) {
+		for _, id := range slices.Sorted(maps.Keys(m)) {
+			c := m[id]
+			parts = append(parts, fmt.Sprintf("%s claim of allocation %q on node %q (%s)", kind, id, c.NodeID, c.State))
+		}
+	}
+	add("read", v.ReadClaims)
+	add("write", v.WriteClaims)
+	add("past", v.PastClaims)
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,171 @@
+package server
+
+import (
+	"crypto/subtle"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/volplane/volplane/state"
+	"github.com/volplane/volplane/structs"
+)
+
+// Node is the endpoint client agents use to register their node and report
+// its status and CSI plugin fingerprints.
+type Node struct {
+	srv    *Server
+	logger hclog.Logger
+}
+
+// Register adds a node or updates it after its agent restarted. A node that
+// exists already must present the secret it registered with.
+func (e *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUpdateResponse) error {
+	if done, err := e.srv.forward("Node.Register", args, args, reply); done {
+		return err
+	}
+	if args.Node == nil {
+		return structs.ErrInvalid("missing node")
+	}
+	node := args.Node.Copy()
+	if node.Status == "" {
+		node.Status = structs.NodeStatusReady
+	}
+	if err := node.Validate(); err != nil {
+		return err
+	}
+	existing, err := e.srv.State().NodeByID(nil, node.ID)
+	if err != nil {
+		return err
+	}
+	if existing != nil && !secretEqual(existing.SecretID, node.SecretID) {
+		return structs.NewError(structs.ErrCodePermissionDenied, "node %q is registered with a different secret", node.ID)
+	}
+	now := time.Now()
+	node.StatusUpdatedAt = now.UnixNano()
+	stampFingerprints(node.CSIControllerPlugins, now)
+	stampFingerprints(node.CSINodePlugins, now)
+	args.Node = node
+
+	_, index, err := e.srv.raftApply(structs.NodeRegisterRequestType, args)
+	if err != nil {
+		return err
+	}
+	e.logger.Debug("node registered", "node_id", node.ID, "name", node.Name)
+	return e.srv.fillNodeReply(reply, index)
+}
+
+// UpdateStatus is the client's heartbeat. It writes to Raft only when the
+// status or the fingerprints changed, so a steady heartbeat costs no log
+// entry.
+func (e *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *structs.NodeUpdateResponse) error {
+	if done, err := e.srv.forward("Node.UpdateStatus", args, args, reply); done {
+		return err
+	}
+	if err := structs.ValidateID("node id", args.NodeID); err != nil {
+		return structs.ErrInvalid("node status update: %v", err)
+	}
+	if args.Status == "" {
+		args.Status = structs.NodeStatusReady
+	}
+	if !structs.ValidNodeStatus(args.Status) {
+		return structs.ErrInvalid("node %q: unknown status %q", args.NodeID, args.Status)
+	}
+	node, err := e.srv.State().NodeByID(nil, args.NodeID)
+	if err != nil {
+		return err
+	}
+	if node == nil {
+		return structs.ErrNotFound("node %q is not registered", args.NodeID)
+	}
+	if !secretEqual(node.SecretID, args.SecretID) {
+		return structs.NewError(structs.ErrCodePermissionDenied, "node %q: wrong node secret", args.NodeID)
+	}
+	check := &structs.Node{ID: node.ID, SecretID: node.SecretID, Name: node.Name,
+		CSIControllerPlugins: args.CSIControllerPlugins, CSINodePlugins: args.CSINodePlugins}
+	if err := check.Validate(); err != nil {
+		return err
+	}
+
+	changed := node.Status != args.Status ||
+		(args.CSIControllerPlugins != nil && !structs.PluginsEqual(node.CSIControllerPlugins, args.CSIControllerPlugins)) ||
+		(args.CSINodePlugins != nil && !structs.PluginsEqual(node.CSINodePlugins, args.CSINodePlugins))
+	index := node.ModifyIndex
+	if changed {
+		now := time.Now()
+		args.UpdatedAt = now.UnixNano()
+		stampFingerprints(args.CSIControllerPlugins, now)
+		stampFingerprints(args.CSINodePlugins, now)
+		_, index, err = e.srv.raftApply(structs.NodeUpdateStatusRequestType, args)
+		if err != nil {
+			return err
+		}
+	}
+	return e.srv.fillNodeReply(reply, index)
+}
+
+// GetNode returns one node; Node is nil when it is unknown.
+func (e *Node) GetNode(args *structs.NodeSpecificRequest, reply *structs.SingleNodeResponse) error {
+	if done, err := e.srv.forward("Node.GetNode", args, args, reply); done {
+		return err
+	}
+	if args.NodeID == "" {
+		return structs.ErrInvalid("missing node id")
+	}
+	return e.srv.blockingQuery(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, st *state.StateStore) (uint64, error) {
+		n, err := st.NodeByID(ws, args.NodeID)
+		if err != nil {
+			return 0, err
+		}
+		reply.Node = n
+		if n != nil {
+			return n.ModifyIndex, nil
+		}
+		return st.Index(state.TableNodes)
+	})
+}
+
+// List returns the nodes, optionally by ID prefix.
+func (e *Node) List(args *structs.NodeListRequest, reply *structs.NodeListResponse) error {
+	if done, err := e.srv.forward("Node.List", args, args, reply); done {
+		return err
+	}
+	return e.srv.blockingQuery(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, st *state.StateStore) (uint64, error) {
+		iter, err := st.NodesByIDPrefix(ws, args.Prefix)
+		if err != nil {
+			return 0, err
+		}
+		reply.Nodes = []*structs.NodeListStub{}
+		for raw := iter.Next(); raw != nil; raw = iter.Next() {
+			reply.Nodes = append(reply.Nodes, raw.(*structs.Node).Stub())
+		}
+		return st.Index(state.TableNodes)
+	})
+}
+
+func (s *Server) fillNodeReply(reply *structs.NodeUpdateResponse, index uint64) error {
+	reply.HeartbeatTTL = s.config.HeartbeatTTL
+	reply.Index = index
+	if f := s.raft.GetConfiguration(); f.Error() == nil {
+		reply.Servers = reply.Servers[:0]
+		for _, srv := range f.Configuration().Servers {
+			reply.Servers = append(reply.Servers, string(srv.Address))
+		}
+	}
+	s.setQueryMeta(&reply.QueryMeta)
+	return nil
+}
+
+// stampFingerprints sets the time the leader received each fingerprint.
+func stampFingerprints(infos map[string]*structs.CSIInfo, now time.Time) {
+	for _, info := range infos {
+		if info != nil {
+			info.UpdateTime = now
+		}
+	}
+}
+
+// secretEqual compares secrets in constant time.
+func secretEqual(a, b string) bool {
+	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}

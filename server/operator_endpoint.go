@@ -1,0 +1,77 @@
+package server
+
+import (
+	"github.com/hashicorp/raft"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// Operator holds the operator's cluster maintenance calls.
+type Operator struct {
+	srv *Server
+}
+
+// RaftListPeers returns the Raft configuration as the leader sees it.
+func (e *Operator) RaftListPeers(args *structs.GenericRequest, reply *structs.RaftConfigurationResponse) error {
+	if done, err := e.srv.forward("Operator.RaftListPeers", args, args, reply); done {
+		return err
+	}
+	f := e.srv.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return raftError(err)
+	}
+	names := map[string]string{}
+	for _, m := range e.srv.members.all() {
+		names[m.ID] = m.Name
+	}
+	leaderAddr, _ := e.srv.raft.LeaderWithID()
+	reply.Servers = nil
+	for _, srv := range f.Configuration().Servers {
+		reply.Servers = append(reply.Servers, &structs.RaftServer{
+			ID:           string(srv.ID),
+			Node:         names[string(srv.ID)],
+			Address:      string(srv.Address),
+			Leader:       srv.Address == leaderAddr,
+			Voter:        srv.Suffrage == raft.Voter,
+			RaftProtocol: "3",
+		})
+	}
+	reply.Index = f.Index()
+	return nil
+}
+
+// RaftRemovePeer removes a server from the Raft configuration, by ID or by
+// address. It is how an operator retires a dead server for good.
+func (e *Operator) RaftRemovePeer(args *structs.RaftPeerRequest, reply *structs.GenericResponse) error {
+	if done, err := e.srv.forward("Operator.RaftRemovePeer", args, args, reply); done {
+		return err
+	}
+	if (args.ID == "") == (args.Address == "") {
+		return structs.ErrInvalid("remove peer: give exactly one of a peer ID or a peer address")
+	}
+	f := e.srv.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return raftError(err)
+	}
+	var target *raft.Server
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == args.ID || (args.Address != "" && string(srv.Address) == args.Address) {
+			target = &srv
+			break
+		}
+	}
+	if target == nil {
+		if args.ID != "" {
+			return structs.ErrNotFound("no raft peer with ID %q", args.ID)
+		}
+		return structs.ErrNotFound("no raft peer with address %q", args.Address)
+	}
+	e.srv.members.forget(string(target.ID))
+	rf := e.srv.raft.RemoveServer(target.ID, 0, 0)
+	if err := rf.Error(); err != nil {
+		return raftError(err)
+	}
+	e.srv.logger.Info("removed raft peer", "id", target.ID, "address", target.Address)
+	reply.Index = rf.Index()
+	return nil
+}

@@ -1,0 +1,141 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hashicorp/go-uuid"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+const (
+	nodeIDFile      = "node-id"
+	raftDirName     = "raft"
+	raftDBFile      = "raft.db"
+	snapshotsRetain = 2
+	logCacheSize    = 512
+)
+
+// raftStores holds what must be closed after Raft shuts down.
+type raftStores struct {
+	bolt *raftboltdb.BoltStore
+}
+
+func (r raftStores) Close() error {
+	if r.bolt != nil {
+		return r.bolt.Close()
+	}
+	return nil
+}
+
+// loadOrCreateNodeID returns the server's persistent ID, creating it on
+// first start. A restarted server must come back with the same Raft ID, or
+// the cluster would see a stranger at a known address.
+func loadOrCreateNodeID(dataDir string) (string, error) {
+	if dataDir == "" {
+		return uuid.GenerateUUID()
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", fmt.Errorf("creating the data dir %s: %w", dataDir, err)
+	}
+	path := filepath.Join(dataDir, nodeIDFile)
+	buf, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		id := strings.TrimSpace(string(buf))
+		if _, perr := uuid.ParseUUID(id); perr != nil {
+			return "", fmt.Errorf("node ID file %s is corrupt (%q): remove it only if this server's Raft data is removed too", path, id)
+		}
+		return id, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("reading the node ID file: %w", err)
+	}
+	id, err := uuid.GenerateUUID()
+	if err != nil {
+		return "", err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("writing the node ID file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("writing the node ID file: %w", err)
+	}
+	return id, nil
+}
+
+func (s *Server) setupRaft() error {
+	conf := *s.config.RaftConfig
+	conf.LocalID = raft.ServerID(s.nodeID)
+	conf.Logger = s.config.Logger.Named("raft")
+	// Leadership changes arrive here; the buffer lets raft never block on us.
+	notify := make(chan bool, 10)
+	conf.NotifyCh = notify
+	s.leaderNotify = notify
+
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  s.raftLayer,
+		MaxPool: 3,
+		Timeout: s.config.RaftTimeout,
+		Logger:  s.config.Logger.Named("raft-net"),
+	})
+
+	var (
+		logs   raft.LogStore
+		stable raft.StableStore
+		snaps  raft.SnapshotStore
+	)
+	if s.config.DevMode && s.config.DataDir == "" {
+		store := raft.NewInmemStore()
+		logs, stable = store, store
+		snaps = raft.NewInmemSnapshotStore()
+	} else {
+		dir := filepath.Join(s.config.DataDir, raftDirName)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("creating the raft dir: %w", err)
+		}
+		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, raftDBFile)})
+		if err != nil {
+			return fmt.Errorf("opening the raft store: %w", err)
+		}
+		s.raftStore.bolt = bolt
+		cache, err := raft.NewLogCache(logCacheSize, bolt)
+		if err != nil {
+			return err
+		}
+		logs, stable = cache, bolt
+		fss, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetain, s.config.Logger.Named("snapshot"))
+		if err != nil {
+			return fmt.Errorf("opening the snapshot store: %w", err)
+		}
+		snaps = fss
+	}
+
+	hasState, err := raft.HasExistingState(logs, stable, snaps)
+	if err != nil {
+		return fmt.Errorf("reading raft state: %w", err)
+	}
+	s.members.setBootstrapped(hasState)
+	if s.config.BootstrapExpect == 1 && !hasState {
+		cfg := raft.Configuration{Servers: []raft.Server{{
+			ID: conf.LocalID, Address: trans.LocalAddr(), Suffrage: raft.Voter,
+		}}}
+		if err := raft.BootstrapCluster(&conf, logs, stable, snaps, trans, cfg); err != nil {
+			return fmt.Errorf("bootstrapping a single-server cluster: %w", err)
+		}
+		s.members.setBootstrapped(true)
+	}
+	r, err := raft.NewRaft(&conf, s.fsm, logs, stable, snaps, trans)
+	if err != nil {
+		return fmt.Errorf("starting raft: %w", err)
+	}
+	s.raft = r
+	return nil
+}
+
+var _ io.Closer = raftStores{}

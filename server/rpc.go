@@ -1,0 +1,176 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"time"
+
+	"github.com/hashicorp/go-memdb"
+	"github.com/hashicorp/raft"
+
+	"github.com/volplane/volplane/rpc"
+	"github.com/volplane/volplane/state"
+	"github.com/volplane/volplane/structs"
+)
+
+const (
+	// raftApplyTimeout bounds how long a write waits to be enqueued.
+	raftApplyTimeout = 30 * time.Second
+	// raftWarnSize is the entry size above which a write is logged.
+	raftWarnSize = 1 << 20
+)
+
+// forward decides where a request is served. It returns handled=true when
+// the request was sent to the leader (reply filled, err its outcome), and
+// handled=false when this server must serve it: a stale read, or this server
+// is the leader. While there is no leader it waits up to RPCHoldTimeout.
+func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (bool, error) {
+	if info.IsRead() && info.AllowStaleRead() {
+		return false, nil
+	}
+	deadline := time.Now().Add(s.config.RPCHoldTimeout)
+	for attempt := 0; ; attempt++ {
+		addr, id := s.raft.LeaderWithID()
+		switch {
+		case id == raft.ServerID(s.nodeID):
+			// Writes go straight to raft; consistent reads need the barrier.
+			if !info.IsRead() || s.isLeaderReady() {
+				return false, nil
+			}
+		case addr != "":
+			info.SetForwarded()
+			err := s.pool.RPC(string(addr), method, args, reply)
+			if err == nil || !s.canRetryForward(info, err) {
+				return true, err
+			}
+			s.logger.Debug("forward to leader failed; retrying", "method", method, "leader", addr, "error", err)
+		}
+		if time.Now().After(deadline) {
+			return true, structs.ErrNoLeader
+		}
+		if !s.holdWait(attempt) {
+			return true, structs.ErrNoLeader
+		}
+	}
+}
+
+// canRetryForward is whether a forwarded request that failed may be sent
+// again: only when nothing can have been committed (the leader answered "no
+// leader", or the connection was never made), or the request is a read.
+func (s *Server) canRetryForward(info structs.RPCInfo, err error) bool {
+	if structs.IsRetryable(err) {
+		return true
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return info.IsRead() && rpc.IsConnError(err)
+}
+
+// holdWait pauses between attempts to find a leader, with jitter so many
+// waiting requests do not move in lockstep. It returns false on shutdown.
+func (s *Server) holdWait(attempt int) bool {
+	base := 10 * time.Millisecond << min(attempt, 4)
+	d := base + rand.N(base)
+	select {
+	case <-s.shutdownCtx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// raftApply commits a write and returns the FSM's response and the index.
+// A response that is an error is returned as the error.
+func (s *Server) raftApply(t structs.MessageType, msg any) (any, uint64, error) {
+	buf, err := structs.Encode(t, msg)
+	if err != nil {
+		return nil, 0, structs.NewError(structs.ErrCodeInternal, "encoding %s request: %v", t, err)
+	}
+	if len(buf) > raftWarnSize {
+		s.logger.Warn("large raft entry", "type", t, "bytes", len(buf))
+	}
+	f := s.raft.Apply(buf, raftApplyTimeout)
+	if err := f.Error(); err != nil {
+		return nil, 0, raftError(err)
+	}
+	if e, ok := f.Response().(error); ok && e != nil {
+		return nil, f.Index(), e
+	}
+	return f.Response(), f.Index(), nil
+}
+
+// raftError maps raft's errors to typed ones. Only "not leader" guarantees
+// nothing was committed; after "leadership lost" the write may or may not
+// have been applied, and the caller must not blindly retry.
+func raftError(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrRaftShutdown):
+		return structs.ErrNoLeader
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return structs.NewError(structs.ErrCodeInternal, "leadership lost while committing: the write may or may not have been applied")
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return structs.NewError(structs.ErrCodeRetryable, "raft is overloaded: %v", err)
+	}
+	return structs.NewError(structs.ErrCodeInternal, "raft: %v", err)
+}
+
+// queryFn runs a read against one state store, adding what it read to ws,
+// and returns the index that the result reflects.
+type queryFn func(ws memdb.WatchSet, st *state.StateStore) (uint64, error)
+
+// blockingQuery runs fn, and, when the caller asked for a MinQueryIndex,
+// runs it again each time something it read changes until the result's
+// index moves past MinQueryIndex or the wait expires (then it returns the
+// current result, as Nomad does).
+func (s *Server) blockingQuery(opts *structs.QueryOptions, meta *structs.QueryMeta, fn queryFn) error {
+	ctx := s.shutdownCtx
+	if opts.MinQueryIndex > 0 {
+		wait := opts.MaxQueryTime
+		if wait <= 0 {
+			wait = structs.DefaultBlockingQueryTime
+		}
+		wait = min(wait, structs.MaxBlockingQueryTime)
+		wait += rand.N(wait/structs.BlockingQueryJitterFrac + 1)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
+	for {
+		st := s.fsm.State()
+		ws := memdb.NewWatchSet()
+		// A snapshot restore replaces the store; waiters must re-read.
+		ws.Add(st.AbandonCh())
+		index, err := fn(ws, st)
+		if err != nil {
+			return err
+		}
+		// Index 0 would make a client's next blocking call return at once
+		// forever; 1 is the lowest index a real write has.
+		meta.Index = max(index, 1)
+		s.setQueryMeta(meta)
+		if opts.MinQueryIndex == 0 || meta.Index > opts.MinQueryIndex {
+			return nil
+		}
+		if err := ws.WatchCtx(ctx); err != nil {
+			return nil
+		}
+	}
+}
+
+// setQueryMeta fills the leader-contact fields of a read reply.
+func (s *Server) setQueryMeta(m *structs.QueryMeta) {
+	addr, id := s.raft.LeaderWithID()
+	if id == raft.ServerID(s.nodeID) {
+		m.LastContact = 0
+		m.KnownLeader = true
+		return
+	}
+	m.KnownLeader = addr != ""
+	if last := s.raft.LastContact(); !last.IsZero() {
+		m.LastContact = time.Since(last)
+	}
+}

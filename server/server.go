@@ -1,0 +1,248 @@
+// Package server is the server agent: Raft and its stores, cluster
+// formation, leadership, the RPC endpoints and the HTTP API.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	netrpc "net/rpc"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/volplane/volplane/fsm"
+	"github.com/volplane/volplane/rpc"
+	"github.com/volplane/volplane/server/httpapi"
+	"github.com/volplane/volplane/state"
+)
+
+// Server is one server agent.
+type Server struct {
+	config *Config
+	logger hclog.Logger
+	nodeID string
+
+	fsm       *fsm.FSM
+	raft      *raft.Raft
+	raftLayer *rpc.RaftLayer
+	raftStore raftStores
+
+	rpcServer   *netrpc.Server
+	rpcListener net.Listener
+	rpcAddr     string // advertised
+	mux         *rpc.Mux
+	pool        *rpc.ConnPool
+
+	httpServer   *http.Server
+	httpListener net.Listener
+
+	// leaderReady is set once this server is leader and has applied a
+	// barrier, so its state reflects every committed write: only then does
+	// it serve consistent reads.
+	leaderNotify <-chan bool
+	leaderMu     sync.Mutex
+	leaderReady  bool
+	leaderDone  chan struct{}
+	leaderWG    sync.WaitGroup
+
+	members *memberList
+
+	shutdownCtx    context.Context
+	shutdownCancel context.CancelFunc
+	shutdownOnce   sync.Once
+	wg             sync.WaitGroup
+}
+
+// NewServer starts a server agent: it binds its listeners, opens or creates
+// its Raft state, and begins joining its peers. It returns once the server
+// is serving; forming a cluster and electing a leader happen after.
+func NewServer(cfg *Config) (*Server, error) {
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		config:         cfg,
+		logger:         cfg.Logger.Named("server"),
+		rpcServer:      netrpc.NewServer(),
+		shutdownCtx:    ctx,
+		shutdownCancel: cancel,
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Shutdown()
+		}
+	}()
+
+	id, err := loadOrCreateNodeID(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s.nodeID = id
+
+	s.fsm, err = fsm.New(cfg.Logger.Named("fsm"))
+	if err != nil {
+		return nil, fmt.Errorf("creating the state machine: %w", err)
+	}
+	if err := s.setupRPC(); err != nil {
+		return nil, err
+	}
+	s.members = newMemberList(s.selfMember())
+	if err := s.setupRaft(); err != nil {
+		return nil, err
+	}
+	s.registerEndpoints()
+	if err := s.setupHTTP(); err != nil {
+		return nil, err
+	}
+
+	s.goFunc(s.monitorLeadership)
+	s.goFunc(s.joinLoop)
+	s.logger.Info("server started", "node_id", s.nodeID, "name", cfg.NodeName,
+		"rpc", s.rpcAddr, "http", s.HTTPAddr(), "bootstrap_expect", cfg.BootstrapExpect)
+	ok = true
+	return s, nil
+}
+
+// goFunc runs f in a goroutine the server owns and waits for on shutdown.
+func (s *Server) goFunc(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+func (s *Server) setupRPC() error {
+	ln, err := net.Listen("tcp", s.config.RPCAddr)
+	if err != nil {
+		return fmt.Errorf("binding the RPC address %s: %w", s.config.RPCAddr, err)
+	}
+	s.rpcListener = ln
+	s.rpcAddr = s.config.RPCAdvertise
+	if s.rpcAddr == "" {
+		s.rpcAddr = ln.Addr().String()
+	}
+	adv, err := net.ResolveTCPAddr("tcp", s.rpcAddr)
+	if err != nil {
+		return fmt.Errorf("resolving the advertised RPC address %s: %w", s.rpcAddr, err)
+	}
+	s.raftLayer = rpc.NewRaftLayer(adv)
+	s.pool = rpc.NewPool(rpc.PoolConfig{Logger: s.logger.Named("pool")})
+	s.mux = rpc.NewMux(rpc.MuxConfig{
+		Logger: s.logger.Named("rpc"),
+		Handlers: rpc.Handlers{
+			RPC: func(conn net.Conn) {
+				s.rpcServer.ServeCodec(rpc.NewServerCodec(conn, s.config.MaxRequestBytes))
+			},
+			Raft: func(conn net.Conn) {
+				if err := s.raftLayer.Handoff(conn); err != nil {
+					conn.Close()
+				}
+			},
+		},
+	})
+	s.goFunc(func() {
+		if err := s.mux.Serve(ln); err != nil && s.shutdownCtx.Err() == nil {
+			s.logger.Error("RPC listener stopped", "error", err)
+		}
+	})
+	return nil
+}
+
+func (s *Server) setupHTTP() error {
+	if s.config.HTTPAddr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.config.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("binding the HTTP address %s: %w", s.config.HTTPAddr, err)
+	}
+	s.httpListener = ln
+	s.httpServer = &http.Server{
+		Handler: httpapi.NewHandler(httpapi.Config{
+			Backend:      s,
+			Logger:       s.logger.Named("http"),
+			MaxBodyBytes: s.config.MaxRequestBytes,
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	s.goFunc(func() {
+		if err := s.httpServer.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.logger.Error("HTTP server stopped", "error", err)
+		}
+	})
+	return nil
+}
+
+// RPC makes an in-process call to an endpoint, through the same forwarding
+// and validation as a call from the network.
+func (s *Server) RPC(method string, args, reply any) error {
+	return rpc.InmemCall(s.rpcServer, method, args, reply)
+}
+
+// NodeID is the server's Raft ID, persisted in its data dir.
+func (s *Server) NodeID() string { return s.nodeID }
+
+// RPCAddr is the server's advertised RPC (and Raft) address.
+func (s *Server) RPCAddr() string { return s.rpcAddr }
+
+// HTTPAddr is the address the HTTP API listens on, or "" when disabled.
+func (s *Server) HTTPAddr() string {
+	if s.httpListener == nil {
+		return ""
+	}
+	return s.httpListener.Addr().String()
+}
+
+// State returns the current state store. It is replaced when a snapshot is
+// restored, so callers must not hold it across long waits.
+func (s *Server) State() *state.StateStore { return s.fsm.State() }
+
+// Raft exposes the Raft instance, for operator commands and tests.
+func (s *Server) Raft() *raft.Raft { return s.raft }
+
+// Shutdown stops the server: leadership work, listeners, Raft and stores.
+// It is safe to call more than once.
+func (s *Server) Shutdown() error {
+	var errs []error
+	s.shutdownOnce.Do(func() {
+		s.logger.Info("shutting down")
+		s.shutdownCancel()
+		if s.httpServer != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := s.httpServer.Shutdown(ctx); err != nil {
+				s.httpServer.Close()
+			}
+			cancel()
+		}
+		if s.raft != nil {
+			if err := s.raft.Shutdown().Error(); err != nil {
+				errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+			}
+		}
+		if s.raftLayer != nil {
+			s.raftLayer.Close()
+		}
+		if s.mux != nil {
+			s.mux.Close()
+		} else if s.rpcListener != nil {
+			s.rpcListener.Close()
+		}
+		if s.pool != nil {
+			s.pool.Close()
+		}
+		s.wg.Wait()
+		if err := s.raftStore.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	})
+	return errors.Join(errs...)
+}

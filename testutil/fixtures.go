@@ -1,0 +1,96 @@
+package testutil
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/volplane/volplane/structs"
+)
+
+var seq atomic.Uint64
+
+// UniqueID returns a new ID with a readable prefix.
+func UniqueID(prefix string) string {
+	return fmt.Sprintf("%s-%06d", prefix, seq.Add(1))
+}
+
+// Node returns a node running a healthy monolith instance of each plugin.
+func Node(plugins ...string) *structs.Node {
+	id := UniqueID("node")
+	n := &structs.Node{
+		ID:                   id,
+		Name:                 id,
+		SecretID:             UniqueID("secret"),
+		Datacenter:           "dc1",
+		Status:               structs.NodeStatusReady,
+		CSIControllerPlugins: map[string]*structs.CSIInfo{},
+		CSINodePlugins:       map[string]*structs.CSIInfo{},
+	}
+	for _, p := range plugins {
+		n.CSIControllerPlugins[p] = ControllerInfo(p, true)
+		n.CSINodePlugins[p] = NodeInfo(p, id, true)
+	}
+	return n
+}
+
+// ControllerInfo is a controller fingerprint that supports attach/detach.
+func ControllerInfo(plugin string, healthy bool) *structs.CSIInfo {
+	return &structs.CSIInfo{
+		PluginID:                 plugin,
+		Healthy:                  healthy,
+		HealthDescription:        healthText(healthy),
+		Provider:                 "dev.csi.volplane.io",
+		ProviderVersion:          "1.0.0",
+		RequiresControllerPlugin: true,
+		ControllerInfo: &structs.CSIControllerInfo{
+			SupportsAttachDetach: true,
+			SupportsCreateDelete: true,
+		},
+	}
+}
+
+// NodeInfo is a node fingerprint whose provider node ID is derived from the
+// node's ID.
+func NodeInfo(plugin, nodeID string, healthy bool) *structs.CSIInfo {
+	return &structs.CSIInfo{
+		PluginID:                 plugin,
+		Healthy:                  healthy,
+		HealthDescription:        healthText(healthy),
+		Provider:                 "dev.csi.volplane.io",
+		ProviderVersion:          "1.0.0",
+		RequiresControllerPlugin: true,
+		NodeInfo: &structs.CSINodeInfo{
+			ID:                      "ext-" + nodeID,
+			MaxVolumes:              100,
+			RequiresNodeStageVolume: true,
+		},
+	}
+}
+
+func healthText(h bool) string {
+	if h {
+		return "healthy"
+	}
+	return "probe failed"
+}
+
+// CSIVolume returns a file-system volume of plugin that allows every access
+// mode.
+func CSIVolume(plugin string) *structs.CSIVolume {
+	id := UniqueID("vol")
+	return &structs.CSIVolume{
+		ID:         id,
+		Namespace:  structs.DefaultNamespace,
+		Name:       id,
+		ExternalID: "ext-" + id,
+		PluginID:   plugin,
+		RequestedCapabilities: []*structs.CSIVolumeCapability{
+			{AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem},
+			{AccessMode: structs.CSIVolumeAccessModeMultiNodeReader, AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem},
+			{AccessMode: structs.CSIVolumeAccessModeMultiNodeSingleWriter, AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem},
+		},
+		MountOptions: &structs.CSIMountOptions{FSType: "ext4", MountFlags: []string{"noatime", "password=hunter2"}},
+		Secrets:      structs.CSISecrets{"token": "s3cr3t-token"},
+		Parameters:   map[string]string{"class": "fast"},
+	}
+}
