@@ -190,13 +190,15 @@ func parent(name, synopsis, description string) cli.CommandFactory {
 func (c *parentCommand) Help() string {
 	return fmt.Sprintf("Usage: volplane %s <subcommand> [options] [args]\n\n  %s", c.name, c.description)
 }
-func (c *parentCommand) Synopsis() string     { return c.synopsis }
+func (c *parentCommand) Synopsis() string      { return c.synopsis }
 func (c *parentCommand) Run(args []string) int { return cli.RunResultHelp }
 
 // VersionCommand prints the version.
 type VersionCommand struct{ Ui cli.Ui }
 
-func (c *VersionCommand) Help() string     { return "Usage: volplane version\n\n  Prints the version of volplane." }
+func (c *VersionCommand) Help() string {
+	return "Usage: volplane version\n\n  Prints the version of volplane."
+}
 func (c *VersionCommand) Synopsis() string { return "Print the version" }
 func (c *VersionCommand) Run(args []string) int {
 	if len(args) > 0 {

@@ -9,7 +9,9 @@ import (
 // OperatorRaftListPeersCommand shows the Raft configuration.
 type OperatorRaftListPeersCommand struct{ Meta }
 
-func (c *OperatorRaftListPeersCommand) Synopsis() string { return "Display the current Raft peer configuration" }
+func (c *OperatorRaftListPeersCommand) Synopsis() string {
+	return "Display the current Raft peer configuration"
+}
 
 func (c *OperatorRaftListPeersCommand) Help() string {
 	return helpText(`
@@ -62,7 +64,9 @@ func (c *OperatorRaftListPeersCommand) Run(args []string) int {
 // configuration.
 type OperatorRaftRemovePeerCommand struct{ Meta }
 
-func (c *OperatorRaftRemovePeerCommand) Synopsis() string { return "Remove a server from the Raft configuration" }
+func (c *OperatorRaftRemovePeerCommand) Synopsis() string {
+	return "Remove a server from the Raft configuration"
+}
 
 func (c *OperatorRaftRemovePeerCommand) Help() string {
 	return helpText(`

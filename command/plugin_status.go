@@ -13,7 +13,9 @@ import (
 // PluginStatusCommand lists CSI plugins or shows one in detail.
 type PluginStatusCommand struct{ Meta }
 
-func (c *PluginStatusCommand) Synopsis() string { return "Display status information about CSI plugins" }
+func (c *PluginStatusCommand) Synopsis() string {
+	return "Display status information about CSI plugins"
+}
 
 func (c *PluginStatusCommand) Help() string {
 	return helpText(`

@@ -44,7 +44,7 @@ func claimedVolume() *structs.CSIVolume {
 				AllocationID: "e5f6a7b8-0000-0000-0000-000000000002", NodeID: "node0002-aaaa-bbbb-cccc-000000000002",
 				Mode: structs.CSIVolumeClaimRead, AccessMode: "single-node-writer", AttachmentMode: "file-system",
 				State: structs.CSIVolumeClaimStateNodeDetached, Attempts: 3,
-				LastError: "controller unpublish: rpc error: code = Unavailable\ndesc = plugin gone",
+				LastError:   "controller unpublish: rpc error: code = Unavailable\ndesc = plugin gone",
 				NextAttempt: nextAttempt.UnixNano(),
 			},
 		},
