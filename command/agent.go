@@ -3,6 +3,7 @@ package command
 import (
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -103,7 +104,8 @@ func (c *AgentCommand) waitForShutdown() {
 // parse reads the config file, then lets flags override it.
 func (c *AgentCommand) parse(args []string) (*AgentConfig, bool, error) {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	fs.Usage = func() { c.UI.Error(c.Help()) }
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	var (
 		dev, srv, logJSON                   bool
 		configFile, nodeName, dataDir, bind string
@@ -125,7 +127,7 @@ func (c *AgentCommand) parse(args []string) (*AgentConfig, bool, error) {
 	fs.StringVar(&logLevel, "log-level", "", "")
 	fs.BoolVar(&logJSON, "log-json", false, "")
 	if err := fs.Parse(args); err != nil {
-		return nil, false, fmt.Errorf("agent: %v", err)
+		return nil, false, fmt.Errorf("agent: %v (see volplane agent -help)", err)
 	}
 	if fs.NArg() > 0 {
 		return nil, false, fmt.Errorf("agent takes no arguments, got %q", fs.Args())

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -66,16 +67,23 @@ func LoadAgentConfig(path string) (*AgentConfig, error) {
 // error messages.
 func ParseAgentConfig(filename string, src []byte) (*AgentConfig, error) {
 	var cfg AgentConfig
-	if err := hclsimple.Decode(filename+".hcl", src, nil, &cfg); err != nil {
+	name := filename
+	if !strings.HasSuffix(name, ".hcl") && !strings.HasSuffix(name, ".json") {
+		// hclsimple picks the syntax by extension; anything else is HCL.
+		name += ".hcl"
+	}
+	if err := hclsimple.Decode(name, src, nil, &cfg); err != nil {
 		if diags, ok := err.(hcl.Diagnostics); ok {
-			return nil, fmt.Errorf("config file %s", diagString(diags))
+			return nil, fmt.Errorf("config file %s", diagString(diags, src))
 		}
 		return nil, fmt.Errorf("config file %s: %w", filename, err)
 	}
 	return &cfg, cfg.validate()
 }
 
-func diagString(diags hcl.Diagnostics) string {
+// diagString renders the first diagnostic with its file, line and the
+// offending source line, so "a number is required" says which setting.
+func diagString(diags hcl.Diagnostics, src []byte) string {
 	d := diags[0]
 	where := ""
 	if d.Subject != nil {
@@ -84,6 +92,14 @@ func diagString(diags hcl.Diagnostics) string {
 	msg := where + d.Summary
 	if d.Detail != "" {
 		msg += ": " + d.Detail
+	}
+	if d.Subject != nil {
+		lines := strings.Split(string(src), "\n")
+		if n := d.Subject.Start.Line; n >= 1 && n <= len(lines) {
+			if line := strings.TrimSpace(lines[n-1]); line != "" {
+				msg += fmt.Sprintf(" (in %q)", line)
+			}
+		}
 	}
 	if len(diags) > 1 {
 		msg += fmt.Sprintf(" (and %d more problems)", len(diags)-1)

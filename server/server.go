@@ -47,8 +47,8 @@ type Server struct {
 	leaderNotify <-chan bool
 	leaderMu     sync.Mutex
 	leaderReady  bool
-	leaderDone  chan struct{}
-	leaderWG    sync.WaitGroup
+	leaderDone   chan struct{}
+	leaderWG     sync.WaitGroup
 
 	members *memberList
 

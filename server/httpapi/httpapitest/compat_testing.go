@@ -234,9 +234,10 @@ func (c *compat) volumes(t *testing.T) {
 	must.Greater(t, wm.LastIndex, wmB.LastIndex)
 	t.Cleanup(func() { _ = c.client.CSIVolumes().Deregister(volB.ID, true, nil) })
 
-	// A blocking query whose index is already passed answers at once.
+	// A stale blocking query waits until the server it reaches has applied
+	// the write, then answers.
 	got, qm, err := c.client.CSIVolumes().Info(volA.ID, &nomad.QueryOptions{
-		WaitIndex: 1, WaitTime: 2 * time.Second, AllowStale: true,
+		WaitIndex: wm.LastIndex - 1, WaitTime: 10 * time.Second, AllowStale: true,
 	})
 	must.NoError(t, err)
 	must.GreaterEq(t, wm.LastIndex, qm.LastIndex)

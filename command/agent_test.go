@@ -1,0 +1,97 @@
+package command
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/cli"
+	"github.com/shoenig/test/must"
+)
+
+func TestAgentConfig_FileAndFlags(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "server.hcl")
+	must.NoError(t, os.WriteFile(file, []byte(`
+node_name = "s1"
+data_dir  = "/var/lib/volplane"
+bind_addr = "10.0.0.5"
+log_level = "debug"
+ports {
+  http = 5646
+  rpc  = 5647
+}
+server {
+  enabled          = true
+  bootstrap_expect = 3
+  retry_join       = ["10.0.0.6", "10.0.0.7:5647"]
+}
+`), 0o600))
+
+	c := &AgentCommand{UI: cli.NewMockUi()}
+	cfg, dev, err := c.parse([]string{"-config", file, "-node-name", "override", "-retry-join", "10.0.0.8:4647"})
+	must.NoError(t, err)
+	must.False(t, dev)
+	must.Eq(t, "override", cfg.NodeName, must.Sprint("flags override the file"))
+	must.Eq(t, []string{"10.0.0.8:4647"}, cfg.Server.RetryJoin)
+
+	srv, cleanup, err := c.serverConfig(cfg, dev)
+	must.NoError(t, err)
+	defer cleanup()
+	must.Eq(t, "10.0.0.5:5646", srv.HTTPAddr)
+	must.Eq(t, "10.0.0.5:5647", srv.RPCAddr)
+	must.Eq(t, 3, srv.BootstrapExpect)
+	must.Eq(t, "/var/lib/volplane", srv.DataDir)
+
+	cfg, _, err = c.parse([]string{"-config", file})
+	must.NoError(t, err)
+	srv, _, err = c.serverConfig(cfg, false)
+	must.NoError(t, err)
+	must.Eq(t, []string{"10.0.0.6:4647", "10.0.0.7:5647"}, srv.RetryJoin, must.Sprint("a join address without a port gets the RPC port"))
+}
+
+func TestAgentConfig_Errors(t *testing.T) {
+	cases := []struct {
+		name string
+		src  string
+		want string
+	}{
+		{"unknown attribute", `nodename = "x"`, `Unsupported argument`},
+		{"wrong type", `server { bootstrap_expect = "three" }`, `bootstrap_expect`},
+		{"bad port", `ports { http = 70000 }`, `ports.http = 70000 is not a port number`},
+		{"bad bind", `bind_addr = "localhost:1"`, `bind_addr "localhost:1" is not an IP address`},
+		{"bad level", `log_level = "loud"`, `log_level "loud"`},
+		{"syntax", `server {`, `server.hcl:1`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseAgentConfig("server.hcl", []byte(tc.src))
+			must.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestAgentCommand_UsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{},                          // neither -server nor -dev
+		{"-server", "-bogus"},       // unknown flag
+		{"-server", "extra"},        // stray argument
+		{"-config", "/nonexistent"}, // unreadable file
+	} {
+		ui := cli.NewMockUi()
+		c := &AgentCommand{UI: ui}
+		must.Eq(t, 1, c.Run(args), must.Sprintf("args %q", args))
+		must.StrContains(t, ui.ErrorWriter.String(), "Error")
+	}
+}
+
+func TestAgentCommand_DevRunsAndStops(t *testing.T) {
+	ui := cli.NewMockUi()
+	stop := make(chan struct{})
+	c := &AgentCommand{UI: ui, ShutdownCh: stop}
+	done := make(chan int, 1)
+	go func() { done <- c.Run([]string{"-dev", "-http-port", "0", "-rpc-port", "0", "-log-level", "error"}) }()
+	close(stop)
+	must.Eq(t, 0, <-done)
+	must.StrContains(t, ui.OutputWriter.String(), "Development mode")
+}
