@@ -56,6 +56,8 @@ func (s *Server) establishLeadership() {
 		s.leaderMu.Lock()
 		s.leaderReady = true
 		s.leaderMu.Unlock()
+		s.heartbeats.start()
+		defer s.heartbeats.stop()
 		s.leaderLoop(done)
 	}()
 }

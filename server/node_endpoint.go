@@ -51,6 +51,7 @@ func (e *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	if err != nil {
 		return err
 	}
+	e.srv.heartbeats.reset(node.ID)
 	e.logger.Debug("node registered", "node_id", node.ID, "name", node.Name)
 	return e.srv.fillNodeReply(reply, index)
 }
@@ -90,6 +91,7 @@ func (e *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 	changed := node.Status != args.Status ||
 		(args.CSIControllerPlugins != nil && !structs.PluginsEqual(node.CSIControllerPlugins, args.CSIControllerPlugins)) ||
 		(args.CSINodePlugins != nil && !structs.PluginsEqual(node.CSINodePlugins, args.CSINodePlugins))
+	e.srv.heartbeats.reset(node.ID)
 	index := node.ModifyIndex
 	if changed {
 		now := time.Now()

@@ -50,7 +50,8 @@ type Server struct {
 	leaderDone   chan struct{}
 	leaderWG     sync.WaitGroup
 
-	members *memberList
+	members    *memberList
+	heartbeats *heartbeats
 
 	shutdownCtx    context.Context
 	shutdownCancel context.CancelFunc
@@ -94,6 +95,7 @@ func NewServer(cfg *Config) (*Server, error) {
 		return nil, err
 	}
 	s.members = newMemberList(s.selfMember())
+	s.heartbeats = newHeartbeats(s)
 	if err := s.setupRaft(); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,113 @@
+package server
+
+import (
+	"sync"
+	"time"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// heartbeats is the leader's record of when each node must next be heard
+// from. It lives only on the leader: a new leader starts every known node's
+// clock afresh, which errs on the side of not marking nodes down because of
+// an election.
+type heartbeats struct {
+	srv    *Server
+	mu     sync.Mutex
+	timers map[string]*time.Timer
+}
+
+func newHeartbeats(s *Server) *heartbeats {
+	return &heartbeats{srv: s, timers: map[string]*time.Timer{}}
+}
+
+// deadline is how long a node may stay silent before it is marked down.
+func (h *heartbeats) deadline() time.Duration {
+	return h.srv.config.HeartbeatTTL + h.srv.config.NodeGracePeriod
+}
+
+// reset restarts a node's clock; called on every register and heartbeat
+// served by the leader.
+func (h *heartbeats) reset(nodeID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.timers == nil {
+		return // not leader
+	}
+	if t, ok := h.timers[nodeID]; ok {
+		t.Reset(h.deadline())
+		return
+	}
+	h.timers[nodeID] = time.AfterFunc(h.deadline(), func() { h.expire(nodeID) })
+}
+
+// start arms a clock for every node that is not down; called when this
+// server becomes leader.
+func (h *heartbeats) start() {
+	h.mu.Lock()
+	h.timers = map[string]*time.Timer{}
+	h.mu.Unlock()
+	iter, err := h.srv.State().Nodes(nil)
+	if err != nil {
+		h.srv.logger.Error("listing nodes to track heartbeats", "error", err)
+		return
+	}
+	for raw := iter.Next(); raw != nil; raw = iter.Next() {
+		if n := raw.(*structs.Node); n.Status != structs.NodeStatusDown {
+			h.reset(n.ID)
+		}
+	}
+}
+
+// stop disarms every clock; called when leadership is lost.
+func (h *heartbeats) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, t := range h.timers {
+		t.Stop()
+	}
+	h.timers = nil
+}
+
+// forget drops a node's clock.
+func (h *heartbeats) forget(nodeID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t, ok := h.timers[nodeID]; ok {
+		t.Stop()
+		delete(h.timers, nodeID)
+	}
+}
+
+// expire marks a silent node down through Raft.
+func (h *heartbeats) expire(nodeID string) {
+	h.mu.Lock()
+	if h.timers == nil {
+		h.mu.Unlock()
+		return
+	}
+	delete(h.timers, nodeID)
+	h.mu.Unlock()
+
+	node, err := h.srv.State().NodeByID(nil, nodeID)
+	if err != nil || node == nil || node.Status == structs.NodeStatusDown {
+		return
+	}
+	h.srv.logger.Warn("node missed its heartbeats; marking it down", "node_id", nodeID, "name", node.Name,
+		"deadline", h.deadline())
+	req := &structs.NodeUpdateStatusRequest{
+		NodeID:    nodeID,
+		SecretID:  node.SecretID,
+		Status:    structs.NodeStatusDown,
+		UpdatedAt: structs.NowNano(),
+	}
+	if _, _, err := h.srv.raftApply(structs.NodeUpdateStatusRequestType, req); err != nil {
+		h.srv.logger.Error("marking node down failed; will retry", "node_id", nodeID, "error", err)
+		// Try again after another grace period unless leadership moved.
+		h.mu.Lock()
+		if h.timers != nil {
+			h.timers[nodeID] = time.AfterFunc(h.srv.config.NodeGracePeriod, func() { h.expire(nodeID) })
+		}
+		h.mu.Unlock()
+	}
+}

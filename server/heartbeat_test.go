@@ -1,0 +1,65 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/testutil"
+)
+
+func TestHeartbeat_SilentNodeMarkedDownThenBack(t *testing.T) {
+	s := TestServer(t, func(c *Config) {
+		c.HeartbeatTTL = 300 * time.Millisecond
+		c.NodeGracePeriod = 300 * time.Millisecond
+	})
+	WaitForLeader(t, s)
+	node := registerNode(t, s, "dev")
+
+	nodeStatus := func() string {
+		n, err := s.State().NodeByID(nil, node.ID)
+		must.NoError(t, err)
+		return n.Status
+	}
+	// Heartbeats keep it ready past several deadlines.
+	start := time.Now()
+	for time.Since(start) < 1500*time.Millisecond {
+		var resp structs.NodeUpdateResponse
+		must.NoError(t, s.RPC("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{
+			NodeID: node.ID, SecretID: node.SecretID, Status: structs.NodeStatusReady,
+		}, &resp))
+		must.Eq(t, structs.NodeStatusReady, nodeStatus())
+		time.Sleep(50 * time.Millisecond) // the heartbeat interval itself
+	}
+
+	// Silence: down after TTL plus grace.
+	testutil.WaitForResult(t, 5*time.Second, func() (bool, error) {
+		return nodeStatus() == structs.NodeStatusDown, nil
+	})
+
+	// Back: a heartbeat makes it ready again.
+	var resp structs.NodeUpdateResponse
+	must.NoError(t, s.RPC("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{
+		NodeID: node.ID, SecretID: node.SecretID, Status: structs.NodeStatusReady,
+	}, &resp))
+	must.Eq(t, structs.NodeStatusReady, nodeStatus())
+}
+
+func TestHeartbeat_NewLeaderRestartsClocks(t *testing.T) {
+	servers := TestCluster(t, 3, func(i int, c *Config) {
+		c.HeartbeatTTL = 200 * time.Millisecond
+		c.NodeGracePeriod = 200 * time.Millisecond
+	})
+	leader := WaitForLeader(t, servers...)
+	node := registerNode(t, leader, "dev")
+	must.NoError(t, leader.Shutdown())
+	newLeader := WaitForLeaderOf(t, followers(servers, leader))
+	// The new leader knows nothing of the node's last heartbeat, yet it
+	// marks the silent node down after its own deadline.
+	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
+		n, err := newLeader.State().NodeByID(nil, node.ID)
+		return err == nil && n.Status == structs.NodeStatusDown, err
+	})
+}
