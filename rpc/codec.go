@@ -19,6 +19,9 @@ import (
 // keeps a broken peer from growing a buffer without end.
 const maxResponseBytes int64 = 1 << 30
 
+// maxKeptHeaderBuf is the largest header buffer a codec keeps for reuse.
+const maxKeptHeaderBuf = 1024
+
 // msgCodec is both halves of a msgpack RPC connection. Writes go through
 // net-rpc-msgpackrpc's codec (so the wire form is exactly that library's);
 // reads go through a frameReader and are decoded from bytes (see frameReader
@@ -78,7 +81,8 @@ func (c *msgCodec) readFrame(v any, header bool) error {
 		buf = c.hdr[:0]
 	}
 	buf, err := c.frames.next(buf)
-	if header {
+	if header && cap(buf) <= maxKeptHeaderBuf {
+		// A rare huge header is not worth keeping for the connection's life.
 		c.hdr = buf
 	}
 	if err == nil && v != nil {
@@ -141,12 +145,24 @@ var callSeq atomic.Uint64
 // plain (internal) errors.
 func Call(cc netrpc.ClientCodec, method string, args, reply any) error {
 	req := netrpc.Request{ServiceMethod: method, Seq: callSeq.Add(1)}
-	if err := cc.WriteRequest(&req, args); err != nil {
+	if err := writeRequest(cc, &req, args); err != nil {
+		return err
+	}
+	return readResponse(cc, &req, reply)
+}
+
+func writeRequest(cc netrpc.ClientCodec, req *netrpc.Request, args any) error {
+	if err := cc.WriteRequest(req, args); err != nil {
 		if isTransport(err) {
 			return connErr(err)
 		}
-		return fmt.Errorf("rpc %s: encode arguments: %w", method, err)
+		return fmt.Errorf("rpc %s: encode arguments: %w", req.ServiceMethod, err)
 	}
+	return nil
+}
+
+// readResponse reads the response to req and translates its error.
+func readResponse(cc netrpc.ClientCodec, req *netrpc.Request, reply any) error {
 	var resp netrpc.Response
 	if err := cc.ReadResponseHeader(&resp); err != nil {
 		// Whatever the cause, the conversation on this codec is over.
@@ -165,7 +181,7 @@ func Call(cc netrpc.ClientCodec, method string, args, reply any) error {
 		if isTransport(err) {
 			return connErr(err)
 		}
-		return fmt.Errorf("rpc %s: decode reply: %w", method, err)
+		return fmt.Errorf("rpc %s: decode reply: %w", req.ServiceMethod, err)
 	}
 	return nil
 }
@@ -185,8 +201,8 @@ func connErr(err error) error {
 }
 
 // IsConnError reports whether err is a transport failure returned by Call,
-// InmemCall, ConnPool.RPC or CallOnSession: the call may or may not have run
-// on the other side. Reads can be retried on another connection; writes only
+// ConnPool.RPC or CallOnSession (dial failures and a closed pool included):
+// the call may or may not have run on the other side. Reads can be retried on another connection; writes only
 // if the caller knows nothing can have been committed.
 func IsConnError(err error) bool {
 	var ce *connError

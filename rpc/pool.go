@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	netrpc "net/rpc"
 	"reflect"
 	"sync"
 	"time"
@@ -162,6 +163,12 @@ func CallOnSession(sess *yamux.Session, method string, args, reply any, timeout 
 }
 
 // callOnStream makes one call on a fresh stream and closes it.
+//
+// The request is written by a goroutine of its own while this one reads the
+// response. A server refuses an oversized request as soon as it passes the
+// limit and stops reading, and a yamux writer then waits for window that
+// never comes: reading concurrently lets the caller get the too-large answer
+// and close the stream, which releases the writer.
 func callOnStream(stream net.Conn, method string, args, reply any, timeout time.Duration) error {
 	if timeout > 0 {
 		if err := stream.SetDeadline(time.Now().Add(timeout)); err != nil {
@@ -171,7 +178,35 @@ func callOnStream(stream net.Conn, method string, args, reply any, timeout time.
 	}
 	cc := NewClientCodec(stream)
 	defer cc.Close()
-	return Call(cc, method, args, reply)
+
+	req := netrpc.Request{ServiceMethod: method, Seq: callSeq.Add(1)}
+	wrote := make(chan error, 1)
+	go func() {
+		err := writeRequest(cc, &req, args)
+		if err != nil {
+			// Nothing will answer a request that was not sent whole:
+			// unblock the reader.
+			stream.Close()
+		}
+		wrote <- err
+	}()
+	err := readResponse(cc, &req, reply)
+	if err != nil {
+		// The stream (not the codec, whose Close is not safe against a
+		// concurrent write) is closed to release a writer still waiting.
+		stream.Close()
+	}
+	werr := <-wrote
+	switch {
+	case err != nil && !IsConnError(err):
+		// The server answered (too large, say) before reading all of
+		// the request; the writer then failed on the closed stream.
+		return err
+	case werr != nil:
+		// The write's failure is the cause of the reader's.
+		return werr
+	}
+	return err
 }
 
 var queryOptionsType = reflect.TypeFor[structs.QueryOptions]()

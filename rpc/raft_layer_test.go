@@ -1,0 +1,64 @@
+package rpc
+
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/shoenig/test/must"
+)
+
+func raftAddr(addr string) raft.ServerAddress { return raft.ServerAddress(addr) }
+
+func TestRaftLayer_Closed(t *testing.T) {
+	l := NewRaftLayer(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4647})
+	must.Eq(t, "127.0.0.1:4647", l.Addr().String())
+	must.NoError(t, l.Close())
+	must.NoError(t, l.Close())
+
+	_, err := l.Accept()
+	must.ErrorIs(t, err, net.ErrClosed)
+
+	a, b := net.Pipe()
+	defer b.Close()
+	must.ErrorIs(t, l.Handoff(a), net.ErrClosed)
+	// Handoff closed the connection it could not place.
+	_, err = a.Write([]byte{1})
+	must.ErrorIs(t, err, io.ErrClosedPipe)
+}
+
+// Two raft network transports talk through their servers' muxes: the
+// append-entries request and its response cross the shared port.
+func TestRaftLayer_NetworkTransport(t *testing.T) {
+	ts1 := startServer(t, serverOpts{})
+	ts2 := startServer(t, serverOpts{})
+
+	t1 := raft.NewNetworkTransport(ts1.raft, 2, 5*time.Second, io.Discard)
+	defer t1.Close()
+	t2 := raft.NewNetworkTransport(ts2.raft, 2, 5*time.Second, io.Discard)
+	defer t2.Close()
+
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		select {
+		case rpc := <-t2.Consumer():
+			req := rpc.Command.(*raft.AppendEntriesRequest)
+			rpc.Respond(&raft.AppendEntriesResponse{Term: req.Term, Success: true}, nil)
+		case <-time.After(10 * time.Second):
+		}
+	}()
+
+	args := raft.AppendEntriesRequest{
+		RPCHeader: raft.RPCHeader{ID: []byte("s1"), Addr: []byte(ts1.addr)},
+		Term:      7,
+		Entries:   []*raft.Log{{Index: 1, Term: 7, Data: []byte("entry")}},
+	}
+	var resp raft.AppendEntriesResponse
+	must.NoError(t, t1.AppendEntries("s2", raftAddr(ts2.addr), &args, &resp))
+	must.True(t, resp.Success)
+	must.Eq(t, uint64(7), resp.Term)
+	<-served
+}
