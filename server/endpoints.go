@@ -1,17 +1,26 @@
 package server
 
+import netrpc "net/rpc"
+
 // registerEndpoints puts every RPC endpoint on the server's net/rpc server.
 // Each endpoint follows one shape: forward → validate → raft apply or
 // blocking query → set the reply's index.
 func (s *Server) registerEndpoints() {
+	s.registerEndpointsOn(s.rpcServer, nil)
+}
+
+// registerEndpointsOn registers every endpoint on srv. conn is the yamux
+// session the server's connections arrive on, or nil for the shared server
+// (plain connections and in-process calls).
+func (s *Server) registerEndpointsOn(srv *netrpc.Server, conn *sessionConn) {
 	for name, rcvr := range map[string]any{
 		"Status":    &Status{srv: s},
 		"Operator":  &Operator{srv: s},
-		"Node":      &Node{srv: s, logger: s.logger.Named("node")},
+		"Node":      &Node{srv: s, conn: conn, logger: s.logger.Named("node")},
 		"CSIVolume": &CSIVolume{srv: s, logger: s.logger.Named("csi_volume")},
 		"CSIPlugin": &CSIPlugin{srv: s},
 	} {
-		if err := s.rpcServer.RegisterName(name, rcvr); err != nil {
+		if err := srv.RegisterName(name, rcvr); err != nil {
 			panic("registering endpoint " + name + ": " + err.Error())
 		}
 	}

@@ -14,14 +14,21 @@ import (
 // Node is the endpoint client agents use to register their node and report
 // its status and CSI plugin fingerprints.
 type Node struct {
-	srv    *Server
+	srv *Server
+	// conn is the session the caller's requests arrive on, nil for plain
+	// connections and in-process calls.
+	conn   *sessionConn
 	logger hclog.Logger
 }
 
 // Register adds a node or updates it after its agent restarted. A node that
 // exists already must present the secret it registered with.
 func (e *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUpdateResponse) error {
+	forwarded := args.IsForwarded()
 	if done, err := e.srv.forward("Node.Register", args, args, reply); done {
+		if err == nil && args.Node != nil {
+			e.recordConn(args.Node.ID, forwarded)
+		}
 		return err
 	}
 	if args.Node == nil {
@@ -52,6 +59,7 @@ func (e *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 		return err
 	}
 	e.srv.heartbeats.reset(node.ID)
+	e.recordConn(node.ID, forwarded)
 	e.logger.Debug("node registered", "node_id", node.ID, "name", node.Name)
 	return e.srv.fillNodeReply(reply, index)
 }
@@ -60,7 +68,11 @@ func (e *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 // status or the fingerprints changed, so a steady heartbeat costs no log
 // entry.
 func (e *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *structs.NodeUpdateResponse) error {
+	forwarded := args.IsForwarded()
 	if done, err := e.srv.forward("Node.UpdateStatus", args, args, reply); done {
+		if err == nil {
+			e.recordConn(args.NodeID, forwarded)
+		}
 		return err
 	}
 	if err := structs.ValidateID("node id", args.NodeID); err != nil {
@@ -92,6 +104,7 @@ func (e *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 		(args.CSIControllerPlugins != nil && !structs.PluginsEqual(node.CSIControllerPlugins, args.CSIControllerPlugins)) ||
 		(args.CSINodePlugins != nil && !structs.PluginsEqual(node.CSINodePlugins, args.CSINodePlugins))
 	e.srv.heartbeats.reset(node.ID)
+	e.recordConn(node.ID, forwarded)
 	index := node.ModifyIndex
 	if changed {
 		now := time.Now()
@@ -170,4 +183,14 @@ func stampFingerprints(infos map[string]*structs.CSIInfo, now time.Time) {
 // secretEqual compares secrets in constant time.
 func secretEqual(a, b string) bool {
 	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}
+
+// recordConn notes that this server reaches the node over the session the
+// request came in on, once the request was accepted. A request another server
+// forwarded says nothing about this server's sessions.
+func (e *Node) recordConn(nodeID string, forwarded bool) {
+	if e.conn == nil || forwarded {
+		return
+	}
+	e.srv.nodeConns.add(nodeID, e.conn)
 }

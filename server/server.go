@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/hashicorp/yamux"
 
 	"github.com/volplane/volplane/fsm"
 	"github.com/volplane/volplane/rpc"
@@ -52,6 +53,8 @@ type Server struct {
 
 	members    *memberList
 	heartbeats *heartbeats
+	nodeConns  *nodeConns
+	sessions   sessionServers
 
 	shutdownCtx    context.Context
 	shutdownCancel context.CancelFunc
@@ -96,6 +99,8 @@ func NewServer(cfg *Config) (*Server, error) {
 	}
 	s.members = newMemberList(s.selfMember())
 	s.heartbeats = newHeartbeats(s)
+	s.nodeConns = newNodeConns()
+	s.sessions.byID = map[*yamux.Session]*netrpc.Server{}
 	if err := s.setupRaft(); err != nil {
 		return nil, err
 	}
@@ -140,9 +145,8 @@ func (s *Server) setupRPC() error {
 	s.mux = rpc.NewMux(rpc.MuxConfig{
 		Logger: s.logger.Named("rpc"),
 		Handlers: rpc.Handlers{
-			RPC: func(conn net.Conn) {
-				s.rpcServer.ServeCodec(rpc.NewServerCodec(conn, s.config.MaxRequestBytes))
-			},
+			RPC:     s.serveConn,
+			Session: s.onSession,
 			Raft: func(conn net.Conn) {
 				if err := s.raftLayer.Handoff(conn); err != nil {
 					conn.Close()

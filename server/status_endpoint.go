@@ -77,3 +77,18 @@ func (e *Status) Join(args *structs.StatusJoinRequest, reply *structs.StatusJoin
 func (s *Server) forwardStale(args *structs.GenericRequest, method string, reply any) (bool, error) {
 	return s.forward(method, args, args, reply)
 }
+
+// HasNodeConn tells another server whether this one holds a session with a
+// node, so a call for the node can be forwarded here. Always answered
+// locally.
+func (e *Status) HasNodeConn(args *structs.NodeSpecificRequest, reply *structs.NodeConnQueryResponse) error {
+	if args.NodeID == "" {
+		return structs.ErrInvalid("missing node id")
+	}
+	if c, ok := e.srv.nodeConns.get(args.NodeID); ok {
+		reply.Connected = true
+		reply.Established = c.established
+	}
+	e.srv.setQueryMeta(&reply.QueryMeta)
+	return nil
+}

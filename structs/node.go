@@ -212,3 +212,11 @@ type NodeListResponse struct {
 	Nodes []*NodeListStub
 	QueryMeta
 }
+
+// NodeConnQueryResponse says whether a server holds a session with a node,
+// and since when.
+type NodeConnQueryResponse struct {
+	Connected   bool
+	Established time.Time
+	QueryMeta
+}
