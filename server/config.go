@@ -55,6 +55,10 @@ type Config struct {
 	HeartbeatTTL    time.Duration
 	NodeGracePeriod time.Duration
 
+	// ClientRPCTimeout bounds a call to a client agent (a CSI plugin call
+	// with its retries).
+	ClientRPCTimeout time.Duration
+
 	Logger hclog.Logger
 }
 
@@ -73,6 +77,7 @@ func DefaultConfig() *Config {
 		MaxRequestBytes:   4 << 20,
 		HeartbeatTTL:      10 * time.Second,
 		NodeGracePeriod:   10 * time.Second,
+		ClientRPCTimeout:  2 * time.Minute,
 	}
 }
 
@@ -103,6 +108,9 @@ func (c *Config) normalize() error {
 	}
 	if c.NodeGracePeriod == 0 {
 		c.NodeGracePeriod = d.NodeGracePeriod
+	}
+	if c.ClientRPCTimeout == 0 {
+		c.ClientRPCTimeout = d.ClientRPCTimeout
 	}
 	if c.RPCAddr == "" {
 		c.RPCAddr = d.RPCAddr

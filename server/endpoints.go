@@ -19,6 +19,7 @@ func (s *Server) registerEndpointsOn(srv *netrpc.Server, conn *sessionConn) {
 		"Node":      &Node{srv: s, conn: conn, logger: s.logger.Named("node")},
 		"CSIVolume": &CSIVolume{srv: s, logger: s.logger.Named("csi_volume")},
 		"CSIPlugin": &CSIPlugin{srv: s},
+		"ClientCSI": &ClientCSI{srv: s},
 	} {
 		if err := srv.RegisterName(name, rcvr); err != nil {
 			panic("registering endpoint " + name + ": " + err.Error())

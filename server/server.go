@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/hashicorp/yamux"
 
+	"github.com/volplane/volplane/clientrpc"
 	"github.com/volplane/volplane/fsm"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/server/httpapi"
@@ -54,6 +55,7 @@ type Server struct {
 	members    *memberList
 	heartbeats *heartbeats
 	nodeConns  *nodeConns
+	clientRPC  *clientrpc.Forwarder
 	sessions   sessionServers
 
 	shutdownCtx    context.Context
@@ -100,6 +102,7 @@ func NewServer(cfg *Config) (*Server, error) {
 	s.members = newMemberList(s.selfMember())
 	s.heartbeats = newHeartbeats(s)
 	s.nodeConns = newNodeConns()
+	s.clientRPC = clientrpc.New(s, cfg.ClientRPCTimeout, s.logger.Named("client_rpc"))
 	s.sessions.byID = map[*yamux.Session]*netrpc.Server{}
 	if err := s.setupRaft(); err != nil {
 		return nil, err
