@@ -134,3 +134,70 @@ func TestClientCSI_NoPathAndControllerOrder(t *testing.T) {
 	}, &resp)
 	must.Eq(t, structs.ErrCodeNotFound, structs.CodeOf(err))
 }
+
+func (a *agentEndpoint) ControllerCreateVolume(args *structs.ClientCSIControllerCreateVolumeRequest, reply *structs.ClientCSIControllerCreateVolumeResponse) error {
+	if err := a.record("create:" + args.Name); err != nil {
+		return err
+	}
+	reply.ExternalVolumeID = "plugin-" + args.Name
+	reply.CapacityBytes = args.CapacityMin
+	reply.VolumeContext = map[string]string{"created": "yes"}
+	return nil
+}
+
+func (a *agentEndpoint) ControllerDeleteVolume(args *structs.ClientCSIControllerDeleteVolumeRequest, reply *structs.ClientCSIEmptyResponse) error {
+	return a.record("delete:" + args.VolumeID + ":" + args.Secrets["token"])
+}
+
+func TestCSIVolume_CreateAndDelete(t *testing.T) {
+	s := TestServer(t, nil)
+	WaitForLeader(t, s)
+	ep := &agentEndpoint{}
+	connectAgent(t, s, testutil.Node("dev"), ep)
+
+	good := testutil.CSIVolume("dev")
+	good.ExternalID = ""
+	good.RequestedCapacityMin = 1 << 30
+	bad := testutil.CSIVolume("nope")
+	var resp structs.CSIVolumeCreateResponse
+	err := s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{good, bad}}, &resp)
+	must.Error(t, err, must.Sprint("the volume of an unknown plugin fails"))
+	must.StrContains(t, err.Error(), "1 of 2 volumes created")
+	must.StrContains(t, err.Error(), bad.ID)
+	must.StrContains(t, err.Error(), "("+good.ID+")")
+
+	got := getVolume(t, s, good.ID, false)
+	must.NotNil(t, got)
+	must.Eq(t, "plugin-"+good.Name, got.ExternalID)
+	must.Eq(t, int64(1<<30), got.Capacity)
+	must.Eq(t, "yes", got.Context["created"])
+	must.Nil(t, getVolume(t, s, bad.ID, false))
+
+	// Without failures the reply carries the created volume, sanitized.
+	more := testutil.CSIVolume("dev")
+	must.NoError(t, s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{more}}, &resp))
+	must.Len(t, 1, resp.Volumes)
+	must.Nil(t, resp.Volumes[0].Secrets)
+	must.NoError(t, s.RPC("CSIVolume.Delete", &structs.CSIVolumeDeleteRequest{VolumeIDs: []string{more.ID}}, &structs.CSIVolumeDeleteResponse{}))
+	ep.mu.Lock()
+	ep.calls = nil
+	ep.mu.Unlock()
+
+	var del structs.CSIVolumeDeleteResponse
+	must.NoError(t, s.RPC("CSIVolume.Delete", &structs.CSIVolumeDeleteRequest{VolumeIDs: []string{good.ID}}, &del))
+	must.Nil(t, getVolume(t, s, good.ID, false))
+	ep.mu.Lock()
+	must.Eq(t, []string{"delete:plugin-" + good.Name + ":s3cr3t-token"}, ep.calls)
+	ep.mu.Unlock()
+
+	err = s.RPC("CSIVolume.Delete", &structs.CSIVolumeDeleteRequest{VolumeIDs: []string{good.ID}}, &del)
+	must.Eq(t, structs.ErrCodeNotFound, structs.CodeOf(err))
+
+	// The plugin failing the delete leaves the volume registered.
+	vol := testutil.CSIVolume("dev")
+	registerVolume(t, s, vol)
+	ep.fail = structs.ErrCodeInternal
+	err = s.RPC("CSIVolume.Delete", &structs.CSIVolumeDeleteRequest{VolumeIDs: []string{vol.ID}}, &del)
+	must.Error(t, err)
+	must.NotNil(t, getVolume(t, s, vol.ID, false))
+}

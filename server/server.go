@@ -111,6 +111,14 @@ func NewServer(cfg *Config) (*Server, error) {
 	if err := s.setupHTTP(); err != nil {
 		return nil, err
 	}
+	// Serve RPC only now: a connection (a peer's Status.Join over yamux)
+	// accepted earlier would reach endpoints before raft and the session
+	// map exist.
+	s.goFunc(func() {
+		if err := s.mux.Serve(s.rpcListener); err != nil && s.shutdownCtx.Err() == nil {
+			s.logger.Error("RPC listener stopped", "error", err)
+		}
+	})
 
 	s.goFunc(s.monitorLeadership)
 	s.goFunc(s.joinLoop)
@@ -156,11 +164,6 @@ func (s *Server) setupRPC() error {
 				}
 			},
 		},
-	})
-	s.goFunc(func() {
-		if err := s.mux.Serve(ln); err != nil && s.shutdownCtx.Err() == nil {
-			s.logger.Error("RPC listener stopped", "error", err)
-		}
 	})
 	return nil
 }
@@ -242,7 +245,10 @@ func (s *Server) Shutdown() error {
 		}
 		if s.mux != nil {
 			s.mux.Close()
-		} else if s.rpcListener != nil {
+		}
+		// The mux closes only listeners it serves; NewServer may have
+		// failed before serving.
+		if s.rpcListener != nil {
 			s.rpcListener.Close()
 		}
 		if s.pool != nil {

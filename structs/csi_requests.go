@@ -100,3 +100,34 @@ type CSIPluginGetResponse struct {
 	Plugin *CSIPlugin
 	QueryMeta
 }
+
+// CSIVolumeCreateRequest creates volumes in their plugin through a
+// controller, then registers the ones the plugin created.
+type CSIVolumeCreateRequest struct {
+	Volumes []*CSIVolume
+	// Timestamp is stamped by the leader before the Raft apply.
+	Timestamp int64
+	WriteRequest
+}
+
+// CSIVolumeCreateResponse returns the volumes that were created and
+// registered (sanitized), even when others failed.
+type CSIVolumeCreateResponse struct {
+	Volumes  []*CSIVolume
+	Warnings []string
+	QueryMeta
+}
+
+// CSIVolumeDeleteRequest deletes volumes in their plugin, then deregisters
+// them.
+type CSIVolumeDeleteRequest struct {
+	VolumeIDs []string
+	// Secrets are merged over each volume's own for the delete call.
+	Secrets CSISecrets
+	WriteRequest
+}
+
+// CSIVolumeDeleteResponse returns the index of the deregistration.
+type CSIVolumeDeleteResponse struct {
+	QueryMeta
+}

@@ -1,0 +1,216 @@
+package server
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/volplane/volplane/state"
+	"github.com/volplane/volplane/structs"
+)
+
+// Create creates volumes in their plugins through a controller and
+// registers the ones that were created. A volume that exists already is
+// updated as Register would, without a plugin call. When some volumes fail,
+// the others are still registered and the error names each failure.
+func (e *CSIVolume) Create(args *structs.CSIVolumeCreateRequest, reply *structs.CSIVolumeCreateResponse) error {
+	if done, err := e.srv.forward("CSIVolume.Create", args, args, reply); done {
+		return err
+	}
+	if len(args.Volumes) == 0 {
+		return structs.ErrInvalid("missing volume definition")
+	}
+	snap, err := e.srv.State().Snapshot()
+	if err != nil {
+		return err
+	}
+	var (
+		ready    []*structs.CSIVolume
+		failures []string
+		code     structs.ErrorCode
+	)
+	seen := map[string]bool{}
+	for i, in := range args.Volumes {
+		if in == nil {
+			return structs.ErrInvalid("volume %d of the request is empty", i+1)
+		}
+		vol, err := e.prepareCreate(snap, in, args.RequestNamespace())
+		if err == nil && seen[vol.Namespace+"/"+vol.ID] {
+			err = structs.ErrInvalid("volume %q appears twice in the request", vol.ID)
+		}
+		if err != nil {
+			failures = append(failures, structs.MessageOf(err))
+			if code == "" {
+				code = structs.CodeOf(err)
+			}
+			continue
+		}
+		seen[vol.Namespace+"/"+vol.ID] = true
+		ready = append(ready, vol)
+	}
+	if len(ready) > 0 {
+		reg := &structs.CSIVolumeRegisterRequest{Volumes: ready, Timestamp: structs.NowNano(), WriteRequest: args.WriteRequest}
+		_, index, err := e.srv.raftApply(structs.CSIVolumeRegisterRequestType, reg)
+		if err != nil {
+			// The plugin created volumes that are now unknown to volplane:
+			// say which, so an operator can register or delete them.
+			var ids []string
+			for _, v := range ready {
+				ids = append(ids, fmt.Sprintf("%s (external ID %s)", v.ID, v.ExternalID))
+			}
+			return structs.Wrap(err, "volumes created in the plugin but not registered: %s", strings.Join(ids, ", "))
+		}
+		reply.Index = index
+		for _, v := range ready {
+			reply.Volumes = append(reply.Volumes, v.Sanitize())
+		}
+	}
+	e.srv.setQueryMeta(&reply.QueryMeta)
+	if len(failures) > 0 {
+		msg := strings.Join(failures, "; ")
+		if len(ready) > 0 {
+			// An RPC that fails carries no reply, so the message itself
+			// says what was created.
+			var ids []string
+			for _, v := range ready {
+				ids = append(ids, v.ID)
+			}
+			msg = fmt.Sprintf("%d of %d volumes created and registered (%s); failed: %s",
+				len(ready), len(args.Volumes), strings.Join(ids, ", "), msg)
+		}
+		return &structs.Error{Code: code, Message: msg}
+	}
+	return nil
+}
+
+// prepareCreate validates a volume to create and, when it is new, creates
+// it in the plugin, returning the volume to register.
+func (e *CSIVolume) prepareCreate(snap *state.StateSnapshot, in *structs.CSIVolume, namespace string) (*structs.CSIVolume, error) {
+	vol := in.Copy()
+	if vol.Namespace == "" {
+		vol.Namespace = namespace
+	}
+	if vol.Name == "" {
+		vol.Name = vol.ID
+	}
+	if err := vol.Validate(); err != nil {
+		return nil, err
+	}
+	existing, err := snap.CSIVolumeByID(nil, vol.Namespace, vol.ID)
+	if err != nil {
+		return nil, err
+	}
+	if existing != nil {
+		return e.prepareRegister(snap, vol, namespace)
+	}
+	plugin, err := snap.CSIPluginByID(nil, vol.PluginID)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case plugin == nil:
+		return nil, structs.ErrNotFound("volume %q: no CSI plugin named %q could be found", vol.ID, vol.PluginID)
+	case len(plugin.Controllers) == 0:
+		return nil, structs.ErrInvalid("volume %q: plugin %q has no controller, so it cannot create volumes", vol.ID, vol.PluginID)
+	case !supportsCreate(plugin):
+		return nil, structs.ErrInvalid("volume %q: plugin %q does not support creating volumes", vol.ID, vol.PluginID)
+	}
+	var resp structs.ClientCSIControllerCreateVolumeResponse
+	err = e.srv.RPC("ClientCSI.ControllerCreateVolume", &structs.ClientCSIControllerCreateVolumeRequest{
+		PluginID:            vol.PluginID,
+		Name:                vol.Name,
+		Capabilities:        vol.RequestedCapabilities,
+		MountOptions:        vol.MountOptions,
+		CapacityMin:         vol.RequestedCapacityMin,
+		CapacityMax:         vol.RequestedCapacityMax,
+		Parameters:          vol.Parameters,
+		Secrets:             vol.Secrets,
+		RequestedTopologies: vol.RequestedTopologies,
+		SnapshotID:          vol.SnapshotID,
+		CloneID:             vol.CloneID,
+	}, &resp)
+	if err != nil {
+		return nil, structs.Wrap(err, "volume %q", vol.ID)
+	}
+	vol.ExternalID = resp.ExternalVolumeID
+	vol.Capacity = resp.CapacityBytes
+	if len(resp.VolumeContext) > 0 {
+		vol.Context = maps.Clone(resp.VolumeContext)
+	}
+	vol.Topologies = resp.Topologies
+	vol.Provider, vol.ProviderVersion = plugin.Provider, plugin.Version
+	clearDerived(vol)
+	e.logger.Info("volume created in plugin", "volume_id", vol.ID, "plugin_id", vol.PluginID, "external_id", vol.ExternalID)
+	return vol, nil
+}
+
+func supportsCreate(p *structs.CSIPlugin) bool {
+	for _, c := range p.Controllers {
+		if c.ControllerInfo != nil && c.ControllerInfo.SupportsCreateDelete {
+			return true
+		}
+	}
+	return false
+}
+
+// Delete deletes volumes in their plugins, then deregisters them. A claimed
+// volume is refused before anything is deleted; a volume the plugin no
+// longer has is deregistered all the same.
+func (e *CSIVolume) Delete(args *structs.CSIVolumeDeleteRequest, reply *structs.CSIVolumeDeleteResponse) error {
+	if done, err := e.srv.forward("CSIVolume.Delete", args, args, reply); done {
+		return err
+	}
+	if len(args.VolumeIDs) == 0 {
+		return structs.ErrInvalid("missing volume IDs")
+	}
+	ns := args.RequestNamespace()
+	st := e.srv.State()
+	var vols []*structs.CSIVolume
+	for _, id := range args.VolumeIDs {
+		vol, err := st.CSIVolumeByID(nil, ns, id)
+		if err != nil {
+			return err
+		}
+		if vol == nil {
+			return structs.ErrNotFound("volume %q not found", id)
+		}
+		if vol.InUse() {
+			return structs.ErrConflict("volume %q in use: %s", id, describeClaims(vol))
+		}
+		vols = append(vols, vol)
+	}
+	var deleted []string
+	for _, vol := range vols {
+		secrets := maps.Clone(vol.Secrets)
+		if secrets == nil {
+			secrets = structs.CSISecrets{}
+		}
+		maps.Copy(secrets, args.Secrets)
+		err := e.srv.RPC("ClientCSI.ControllerDeleteVolume", &structs.ClientCSIControllerDeleteVolumeRequest{
+			PluginID: vol.PluginID, VolumeID: vol.RemoteID(), Secrets: secrets,
+		}, &structs.ClientCSIEmptyResponse{})
+		if err != nil {
+			err = structs.Wrap(err, "deleting volume %q in plugin %q", vol.ID, vol.PluginID)
+			if len(deleted) > 0 {
+				// Those already deleted must not stay registered.
+				if derr := e.deregister(ns, deleted, reply); derr != nil {
+					err = structs.Wrap(err, "%s; and", structs.MessageOf(derr))
+				}
+			}
+			return err
+		}
+		deleted = append(deleted, vol.ID)
+	}
+	return e.deregister(ns, deleted, reply)
+}
+
+func (e *CSIVolume) deregister(ns string, ids []string, reply *structs.CSIVolumeDeleteResponse) error {
+	req := &structs.CSIVolumeDeregisterRequest{VolumeIDs: ids, WriteRequest: structs.WriteRequest{Namespace: ns}}
+	_, index, err := e.srv.raftApply(structs.CSIVolumeDeregisterRequestType, req)
+	if err != nil {
+		return structs.Wrap(err, "volumes deleted in their plugin but still registered: %s", strings.Join(ids, ", "))
+	}
+	reply.Index = index
+	e.srv.setQueryMeta(&reply.QueryMeta)
+	return nil
+}
