@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	nomad "github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
 	"github.com/volplane/volplane/server/httpapi/httpapitest"
@@ -32,4 +33,41 @@ func TestHTTP_NomadClientCompat(t *testing.T) {
 			fx.Peers = append(fx.Peers, s.RPCAddr())
 		}
 	})
+}
+
+// TestHTTP_CreateDeleteWithNomadClient creates and deletes a volume through
+// a controller with Nomad's client: PUT .../create and DELETE .../delete
+// with the secrets header.
+func TestHTTP_CreateDeleteWithNomadClient(t *testing.T) {
+	s := TestServer(t, nil)
+	WaitForLeader(t, s)
+	ep := &agentEndpoint{}
+	connectAgent(t, s, testutil.Node("dev"), ep)
+
+	cfg := nomad.DefaultConfig()
+	cfg.Address = "http://" + s.HTTPAddr()
+	client, err := nomad.NewClient(cfg)
+	must.NoError(t, err)
+
+	vols, wm, err := client.CSIVolumes().Create(&nomad.CSIVolume{
+		ID: "web", Name: "web", PluginID: "dev",
+		RequestedCapacityMin: 1 << 20,
+		RequestedCapabilities: []*nomad.CSIVolumeCapability{{
+			AccessMode: nomad.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: nomad.CSIVolumeAttachmentModeFilesystem,
+		}},
+		Secrets: nomad.CSISecrets{"token": "create-secret"},
+	}, nil)
+	must.NoError(t, err)
+	must.Positive(t, wm.LastIndex)
+	must.Len(t, 1, vols)
+	must.Eq(t, "plugin-web", vols[0].ExternalID)
+	must.MapLen(t, 0, vols[0].Secrets)
+
+	must.NoError(t, client.CSIVolumes().DeleteOpts(&nomad.CSIVolumeDeleteRequest{
+		ExternalVolumeID: "web", Secrets: nomad.CSISecrets{"token": "override"},
+	}, nil))
+	must.Nil(t, getVolume(t, s, "web", false))
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	must.Eq(t, []string{"create:web", "delete:plugin-web:override"}, ep.calls)
 }

@@ -60,9 +60,54 @@ func (h *handler) volumeGet(w http.ResponseWriter, r *http.Request) (any, error)
 // volumeRegister serves PUT and POST /v1/volume/csi/:id with the body
 // {"Volumes":[...]} that Nomad's client sends.
 func (h *handler) volumeRegister(w http.ResponseWriter, r *http.Request) (any, error) {
-	pathID := r.PathValue("id")
 	var args structs.CSIVolumeRegisterRequest
-	if _, err := parseWriteRequest(r, &args.WriteRequest); err != nil {
+	vols, err := h.volumesFromBody(w, r, &args.WriteRequest)
+	if err != nil {
+		return nil, err
+	}
+	args.Volumes = vols
+	var reply structs.CSIVolumeRegisterResponse
+	if err := h.backend.RPC("CSIVolume.Register", &args, &reply); err != nil {
+		return nil, err
+	}
+	setIndex(w, reply.Index)
+	return &VolumeRegisterResponse{Warnings: strings.Join(reply.Warnings, "\n"), Index: reply.Index}, nil
+}
+
+// volumeCreate serves PUT and POST /v1/volume/csi/:id/create: the plugin
+// creates the volumes, then they are registered.
+func (h *handler) volumeCreate(w http.ResponseWriter, r *http.Request) (any, error) {
+	var args structs.CSIVolumeCreateRequest
+	vols, err := h.volumesFromBody(w, r, &args.WriteRequest)
+	if err != nil {
+		return nil, err
+	}
+	args.Volumes = vols
+	var reply structs.CSIVolumeCreateResponse
+	if err := h.backend.RPC("CSIVolume.Create", &args, &reply); err != nil {
+		return nil, err
+	}
+	setIndex(w, reply.Index)
+	out := &VolumeCreateResponse{Volumes: []*structs.CSIVolume{}, Warnings: strings.Join(reply.Warnings, "\n"), Index: reply.Index}
+	for _, v := range reply.Volumes {
+		out.Volumes = append(out.Volumes, v.Sanitize())
+	}
+	return out, nil
+}
+
+// VolumeCreateResponse is the body of a create: the created volumes, as
+// Nomad's client expects.
+type VolumeCreateResponse struct {
+	Volumes  []*structs.CSIVolume
+	Warnings string `json:",omitempty"`
+	Index    uint64
+}
+
+// volumesFromBody reads the {"Volumes":[...]} body of a register or create
+// and checks each volume's ID against the path.
+func (h *handler) volumesFromBody(w http.ResponseWriter, r *http.Request, wr *structs.WriteRequest) ([]*structs.CSIVolume, error) {
+	pathID := r.PathValue("id")
+	if _, err := parseWriteRequest(r, wr); err != nil {
 		return nil, err
 	}
 	var body registerBody
@@ -72,12 +117,13 @@ func (h *handler) volumeRegister(w http.ResponseWriter, r *http.Request) (any, e
 	if len(body.Volumes) == 0 {
 		return nil, structs.ErrInvalid("the body has no volumes: send {\"Volumes\":[{...}]}")
 	}
-	if args.Namespace == "" {
-		args.Namespace = body.Namespace
+	if wr.Namespace == "" {
+		wr.Namespace = body.Namespace
 	}
-	if args.Region == "" {
-		args.Region = body.Region
+	if wr.Region == "" {
+		wr.Region = body.Region
 	}
+	var out []*structs.CSIVolume
 	for i, wv := range body.Volumes {
 		if wv == nil {
 			return nil, structs.ErrInvalid("volume %d in the body is null", i+1)
@@ -94,16 +140,38 @@ func (h *handler) volumeRegister(w http.ResponseWriter, r *http.Request) (any, e
 			return nil, structs.ErrInvalid("volume ID %q in the body does not match %q in the path", vol.ID, pathID)
 		}
 		if vol.Namespace == "" {
-			vol.Namespace = args.RequestNamespace()
+			vol.Namespace = wr.RequestNamespace()
 		}
-		args.Volumes = append(args.Volumes, vol)
+		out = append(out, vol)
 	}
-	var reply structs.CSIVolumeRegisterResponse
-	if err := h.backend.RPC("CSIVolume.Register", &args, &reply); err != nil {
+	return out, nil
+}
+
+// volumeDelete serves DELETE /v1/volume/csi/:id/delete: the plugin deletes
+// the volume, then it is deregistered. Secrets for the plugin come in the
+// X-Nomad-CSI-Secrets header as "key=value,key=value", as Nomad's client
+// sends them.
+func (h *handler) volumeDelete(w http.ResponseWriter, r *http.Request) (any, error) {
+	args := structs.CSIVolumeDeleteRequest{VolumeIDs: []string{r.PathValue("id")}}
+	if _, err := parseWriteRequest(r, &args.WriteRequest); err != nil {
+		return nil, err
+	}
+	if raw := r.Header.Get("X-Nomad-CSI-Secrets"); raw != "" {
+		args.Secrets = structs.CSISecrets{}
+		for _, kv := range strings.Split(raw, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return nil, structs.ErrInvalid("X-Nomad-CSI-Secrets must be key=value pairs separated by commas")
+			}
+			args.Secrets[k] = v
+		}
+	}
+	var reply structs.CSIVolumeDeleteResponse
+	if err := h.backend.RPC("CSIVolume.Delete", &args, &reply); err != nil {
 		return nil, err
 	}
 	setIndex(w, reply.Index)
-	return &VolumeRegisterResponse{Warnings: strings.Join(reply.Warnings, "\n"), Index: reply.Index}, nil
+	return nil, nil
 }
 
 // volumeDeregister serves DELETE /v1/volume/csi/:id[?force=true].
