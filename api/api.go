@@ -198,6 +198,8 @@ type request struct {
 	params url.Values
 	body   any
 	token  string
+	// header holds extra request headers, e.g. X-Nomad-CSI-Secrets.
+	header http.Header
 	ctx    context.Context
 }
 
@@ -281,6 +283,11 @@ func (c *Client) do(r *request, out any) (http.Header, time.Duration, error) {
 	}
 	if r.token != "" {
 		req.Header.Set("X-Nomad-Token", r.token)
+	}
+	for k, vs := range r.header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
 	}
 	start := time.Now()
 	resp, err := c.http.Do(req)

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/volplane/volplane/structs"
@@ -102,4 +104,37 @@ func (w *warningList) UnmarshalJSON(b []byte) error {
 	}
 	*w = list
 	return nil
+}
+
+// Create creates volumes in their plugin through a controller, then
+// registers them; it returns the created volumes (without secrets).
+func (v *Volumes) Create(vols []*structs.CSIVolume, w *WriteOptions) ([]*structs.CSIVolume, []string, *WriteMeta, error) {
+	if len(vols) == 0 || vols[0] == nil {
+		return nil, nil, nil, errors.New("no volume to create")
+	}
+	r := v.c.newWrite(http.MethodPut, "/v1/volume/csi/"+escape(vols[0].ID)+"/create", w)
+	r.body = &struct{ Volumes []*structs.CSIVolume }{Volumes: vols}
+	var out struct {
+		Volumes  []*structs.CSIVolume
+		Warnings warningList
+	}
+	wm, err := v.c.write(r, &out)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return out.Volumes, out.Warnings, wm, nil
+}
+
+// Delete deletes a volume in its plugin, then deregisters it. secrets, when
+// given, are merged over the volume's own for the plugin call.
+func (v *Volumes) Delete(id string, secrets map[string]string, w *WriteOptions) (*WriteMeta, error) {
+	r := v.c.newWrite(http.MethodDelete, "/v1/volume/csi/"+escape(id)+"/delete", w)
+	if len(secrets) > 0 {
+		var pairs []string
+		for _, k := range slices.Sorted(maps.Keys(secrets)) {
+			pairs = append(pairs, k+"="+secrets[k])
+		}
+		r.header = http.Header{"X-Nomad-Csi-Secrets": {strings.Join(pairs, ",")}}
+	}
+	return v.c.write(r, nil)
 }

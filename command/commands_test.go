@@ -1,6 +1,7 @@
 package command
 
 import (
+	"regexp"
 	"testing"
 
 	"github.com/hashicorp/cli"
@@ -37,8 +38,9 @@ func TestRegister(t *testing.T) {
 
 	r = run(t, "", "-help")
 	must.Eq(t, 0, r.code)
-	must.StrContains(t, r.out, "zz-test-hook  A registered test command")
-	must.StrContains(t, r.out, "volume        Interact with CSI volumes")
+	// The column width follows the longest command name, so match words.
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^\s+zz-test-hook\s+A registered test command$`), r.out)
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^\s+volume\s+Interact with CSI volumes$`), r.out)
 
 	noop := func(cli.Ui) cli.CommandFactory { return nil }
 	func() {

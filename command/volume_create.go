@@ -1,0 +1,125 @@
+package command
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/volplane/volplane/spec"
+	"github.com/volplane/volplane/structs"
+)
+
+// VolumeCreateCommand creates a volume in its plugin and registers it.
+type VolumeCreateCommand struct {
+	Meta
+	// Stdin is read when the file is "-".
+	Stdin io.Reader
+}
+
+func (c *VolumeCreateCommand) Synopsis() string {
+	return "Create a volume in its plugin and register it"
+}
+
+func (c *VolumeCreateCommand) Help() string {
+	return helpText(`
+Usage: volplane volume create [options] <file>
+
+  Creates a CSI volume in the storage provider through one of the plugin's
+  controllers, then registers it, from a specification file in HCL (Nomad's
+  volume specification format) or JSON. The provider's volume ID, capacity,
+  context and topology are stored with the volume. Use "-" as the file to
+  read the specification from standard input.
+`, "", FlagSetClient|FlagSetNamespace)
+}
+
+func (c *VolumeCreateCommand) Run(args []string) int {
+	f := c.FlagSet("volume create", FlagSetClient|FlagSetNamespace)
+	if ok, code := c.Parse(c, f, args); !ok {
+		return code
+	}
+	if f.NArg() != 1 {
+		return c.UsageError(c, "This command takes one argument: <file>")
+	}
+	reader := &VolumeRegisterCommand{Meta: c.Meta, Stdin: c.Stdin}
+	src, name, err := reader.readSpec(f.Arg(0))
+	if err != nil {
+		return c.Fail("reading volume specification", err)
+	}
+	vol, err := spec.ParseVolume(name, src)
+	if err != nil {
+		return c.Fail("parsing volume specification", err)
+	}
+	client, err := c.Client()
+	if err != nil {
+		return c.Fail("creating client", err)
+	}
+	created, warnings, _, err := client.Volumes().Create([]*structs.CSIVolume{vol}, c.WriteOptions())
+	if err != nil {
+		return c.Fail("creating volume", err)
+	}
+	for _, w := range warnings {
+		c.Ui.Warn("Warning: " + w)
+	}
+	for _, v := range created {
+		c.Ui.Output(fmt.Sprintf("Created volume %q with external ID %q", v.ID, v.ExternalID))
+	}
+	return 0
+}
+
+// VolumeDeleteCommand deletes a volume in its plugin and deregisters it.
+type VolumeDeleteCommand struct{ Meta }
+
+func (c *VolumeDeleteCommand) Synopsis() string {
+	return "Delete a volume in its plugin and deregister it"
+}
+
+func (c *VolumeDeleteCommand) Help() string {
+	return helpText(`
+Usage: volplane volume delete [options] <id>
+
+  Deletes a CSI volume in the storage provider through one of the plugin's
+  controllers, then deregisters it. A claimed volume is refused before
+  anything is deleted. A volume the provider no longer has is deregistered.
+`, `
+Delete Options:
+
+  -secret key=value
+    A secret for the plugin's delete call, merged over the volume's own.
+    Repeatable.`, FlagSetClient|FlagSetNamespace)
+}
+
+func (c *VolumeDeleteCommand) Run(args []string) int {
+	var secrets stringSlice
+	f := c.FlagSet("volume delete", FlagSetClient|FlagSetNamespace)
+	f.Var(&secrets, "secret", "")
+	if ok, code := c.Parse(c, f, args); !ok {
+		return code
+	}
+	if f.NArg() != 1 {
+		return c.UsageError(c, "This command takes one argument: <id>")
+	}
+	sec := map[string]string{}
+	for _, kv := range secrets {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			// The value is a secret: do not echo it back.
+			return c.UsageError(c, "-secret takes key=value")
+		}
+		sec[k] = v
+	}
+	client, err := c.Client()
+	if err != nil {
+		return c.Fail("creating client", err)
+	}
+	id := f.Arg(0)
+	if _, err := client.Volumes().Delete(id, sec, c.WriteOptions()); err != nil {
+		return c.Fail("deleting volume", err)
+	}
+	c.Ui.Output(fmt.Sprintf("Successfully deleted volume %q", id))
+	return 0
+}
+
+type stringSlice []string
+
+func (s *stringSlice) String() string     { return strings.Join(*s, ",") }
+func (s *stringSlice) Set(v string) error { *s = append(*s, v); return nil }
