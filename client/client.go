@@ -1,0 +1,152 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	netrpc "net/rpc"
+	"os"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Client is one client agent.
+type Client struct {
+	config *Config
+	logger hclog.Logger
+	id     *identity
+	paths  CSIPaths
+	usage  *UsageRegistry
+
+	plugins   *pluginManager
+	rpcServer *netrpc.Server
+	servers   *serverList
+
+	connMu sync.Mutex
+	cur    *serverConn
+
+	// heartbeatNow wakes the heartbeat loop early (a fingerprint changed).
+	heartbeatNow chan struct{}
+	registered   chan struct{}
+	regOnce      sync.Once
+
+	ctx          context.Context
+	cancel       context.CancelFunc
+	wgMu         sync.Mutex
+	stopping     bool
+	wg           sync.WaitGroup
+	shutdownOnce sync.Once
+}
+
+// NewClient starts a client agent: it loads (or creates) the node's
+// identity, starts fingerprinting its plugins and registering with the
+// servers, and returns. Registration goes on in the background until a
+// server accepts it; Registered tells when.
+func NewClient(cfg *Config) (*Client, error) {
+	c := *cfg
+	cfg = &c
+	if err := cfg.normalize(); err != nil {
+		return nil, fmt.Errorf("client config: %w", err)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the client data dir %s: %w", cfg.DataDir, err)
+	}
+	id, err := loadOrCreateIdentity(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	usage, err := OpenUsageRegistry(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cl := &Client{
+		config:       cfg,
+		logger:       cfg.Logger.Named("client"),
+		id:           id,
+		paths:        NewCSIPaths(cfg.DataDir),
+		usage:        usage,
+		servers:      newServerList(cfg.Servers),
+		heartbeatNow: make(chan struct{}, 1),
+		registered:   make(chan struct{}),
+		ctx:          ctx,
+		cancel:       cancel,
+	}
+	if cl.rpcServer, err = cl.newRPCServer(); err != nil {
+		cancel()
+		return nil, err
+	}
+	if cl.plugins, err = newPluginManager(cfg, cl.logger, cl.triggerHeartbeat); err != nil {
+		cancel()
+		return nil, err
+	}
+	cl.plugins.run(ctx, cl.goFunc)
+	cl.goFunc(cl.heartbeatLoop)
+	cl.logger.Info("client started", "node_id", id.NodeID, "name", cfg.NodeName,
+		"servers", cfg.Servers, "plugins", len(cfg.Plugins))
+	return cl, nil
+}
+
+// goFunc runs f in a goroutine Shutdown waits for, and reports whether it
+// did: after Shutdown began it runs nothing.
+func (c *Client) goFunc(f func()) bool {
+	c.wgMu.Lock()
+	defer c.wgMu.Unlock()
+	if c.stopping {
+		return false
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// NodeID is the node's ID, kept in the data dir across restarts.
+func (c *Client) NodeID() string { return c.id.NodeID }
+
+// Registered is closed once a server accepted the node's registration.
+func (c *Client) Registered() <-chan struct{} { return c.registered }
+
+// Usage is the record of which allocation has which volume published on
+// this node.
+func (c *Client) Usage() *UsageRegistry { return c.usage }
+
+// Paths is the layout of CSI staging and target paths on this node.
+func (c *Client) Paths() CSIPaths { return c.paths }
+
+// Servers returns the server addresses the client knows, in the order it
+// tries them, and the one in use.
+func (c *Client) Servers() (all []string, current string) {
+	return c.servers.all(), c.servers.get()
+}
+
+// Shutdown stops every goroutine the client started and waits for them.
+// The node is not deregistered: the servers mark it down once its
+// heartbeats stop, and it comes back when the agent restarts.
+func (c *Client) Shutdown() error {
+	c.shutdownOnce.Do(func() {
+		c.logger.Info("client shutting down")
+		c.cancel()
+		c.wgMu.Lock()
+		c.stopping = true
+		c.wgMu.Unlock()
+		// Closing the session ends the server calls being served; their
+		// plugin calls were cancelled with c.ctx.
+		c.closeConn()
+		c.wg.Wait()
+		// A heartbeat may have opened a session after the first close.
+		c.closeConn()
+		c.plugins.close()
+	})
+	return nil
+}
+
+// triggerHeartbeat asks the heartbeat loop to report now.
+func (c *Client) triggerHeartbeat() {
+	select {
+	case c.heartbeatNow <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,197 @@
+// Package client is the client agent: it keeps its node registered with the
+// servers and heartbeating over one yamux session, fingerprints the CSI
+// plugins on its machine and reports their health, and serves the ClientCSI
+// calls the servers make back over that session.
+package client
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// Defaults of the timings a Config leaves at zero.
+const (
+	DefaultFingerprintInterval = 10 * time.Second
+	DefaultUnhealthyThreshold  = 3
+	DefaultPluginGoneTTL       = time.Minute
+	DefaultRPCTimeout          = 10 * time.Second
+	DefaultDatacenter          = "dc1"
+)
+
+// PluginConfig is one CSI plugin the client drives.
+type PluginConfig struct {
+	// ID is the plugin ID volumes name (plugin_id).
+	ID string
+	// Endpoint is the plugin's socket, "unix:///abs/path.sock".
+	Endpoint string
+	// Type says which services of the plugin this instance runs; "" means
+	// what the plugin's capabilities say (monolith when it offers the
+	// controller service, node otherwise).
+	Type structs.CSIPluginType
+}
+
+// Config is everything a client agent needs to start.
+type Config struct {
+	// NodeName is the node's human name; defaults to the host name.
+	NodeName string
+	// DataDir holds the node's identity, the CSI staging and target paths
+	// and the record of which allocation uses which volume. Required.
+	DataDir string
+	// Servers are RPC addresses ("host:port") of servers to register with.
+	Servers []string
+	// Plugins are the CSI plugins on this machine.
+	Plugins    []PluginConfig
+	Datacenter string
+	Logger     hclog.Logger
+
+	// FingerprintInterval is the pause between two fingerprints of a plugin.
+	FingerprintInterval time.Duration
+	// UnhealthyThreshold is the number of failed fingerprints in a row
+	// after which a healthy instance is reported unhealthy.
+	UnhealthyThreshold int
+	// PluginGoneTTL: a plugin socket missing this long removes the instance
+	// from the node's fingerprints.
+	PluginGoneTTL time.Duration
+	// RPCTimeout bounds one call to a server.
+	RPCTimeout time.Duration
+
+	// newFingerprinter replaces the CSI client for tests of the plugin
+	// manager; nil means the real one.
+	newFingerprinter func(PluginConfig, hclog.Logger) (fingerprinter, error)
+	// onFingerprint, when set, is told the outcome of every fingerprint:
+	// the failures in a row and whether the instance is reported healthy.
+	onFingerprint func(pluginID string, failures int, healthy bool)
+}
+
+// normalize fills defaults and rejects a configuration that cannot work,
+// naming the setting at fault.
+func (c *Config) normalize() error {
+	if c.Logger == nil {
+		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "volplane", Level: hclog.Info})
+	}
+	if c.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			h = "volplane-client"
+		}
+		c.NodeName = h
+	}
+	if c.Datacenter == "" {
+		c.Datacenter = DefaultDatacenter
+	}
+	if c.FingerprintInterval <= 0 {
+		c.FingerprintInterval = DefaultFingerprintInterval
+	}
+	if c.UnhealthyThreshold <= 0 {
+		c.UnhealthyThreshold = DefaultUnhealthyThreshold
+	}
+	if c.PluginGoneTTL <= 0 {
+		c.PluginGoneTTL = DefaultPluginGoneTTL
+	}
+	if c.RPCTimeout <= 0 {
+		c.RPCTimeout = DefaultRPCTimeout
+	}
+	var m structs.MultiError
+	if c.DataDir == "" {
+		m.Add("a client needs a data dir")
+	} else if !filepath.IsAbs(c.DataDir) {
+		// Staging and target paths go to plugins, which need them absolute.
+		abs, err := filepath.Abs(c.DataDir)
+		if err != nil {
+			m.Add("data dir %q: %v", c.DataDir, err)
+		}
+		c.DataDir = abs
+	}
+	if len(c.Servers) == 0 {
+		m.Add("a client needs at least one server address")
+	}
+	if len(c.NodeName) > structs.MaxNameLength {
+		m.Add("node name is longer than %d characters", structs.MaxNameLength)
+	}
+	seen := map[string]bool{}
+	for _, p := range c.Plugins {
+		if err := p.validate(); err != nil {
+			m.Add("csi plugin %q: %v", p.ID, err)
+			continue
+		}
+		if seen[p.ID] {
+			m.Add("csi plugin %q is configured twice", p.ID)
+		}
+		seen[p.ID] = true
+	}
+	if m.Len() > 0 {
+		return errors.New(strings.Join(m.Errors, "; "))
+	}
+	return nil
+}
+
+// validate checks a plugin's settings; its errors do not repeat the ID.
+func (p PluginConfig) validate() error {
+	if err := structs.ValidateID("plugin id", p.ID); err != nil {
+		return errors.New(structs.MessageOf(err))
+	}
+	if _, err := endpointPath(p.Endpoint); err != nil {
+		return err
+	}
+	if p.Type != "" && !p.Type.Valid() {
+		return fmt.Errorf("unknown type %q (want monolith, node or controller)", p.Type)
+	}
+	return nil
+}
+
+// endpointPath returns the socket path of a "unix:///abs/path" endpoint
+// (a bare absolute path is accepted too).
+func endpointPath(endpoint string) (string, error) {
+	path := endpoint
+	if rest, ok := strings.CutPrefix(endpoint, "unix://"); ok {
+		path = rest
+	} else if strings.Contains(endpoint, "://") {
+		return "", fmt.Errorf("endpoint %q: only unix:// sockets are supported", endpoint)
+	}
+	switch {
+	case endpoint == "":
+		return "", errors.New("missing endpoint")
+	case path == "" || !filepath.IsAbs(path):
+		return "", fmt.Errorf("endpoint %q: want unix:///absolute/path.sock", endpoint)
+	}
+	return filepath.Clean(path), nil
+}
+
+// ParsePluginFlag parses a -csi-plugin flag:
+// "ID=unix:///path/csi.sock[,type=monolith|node|controller]".
+func ParsePluginFlag(s string) (PluginConfig, error) {
+	id, rest, ok := strings.Cut(s, "=")
+	if !ok {
+		return PluginConfig{}, fmt.Errorf("csi plugin %q: want ID=unix:///path/csi.sock[,type=monolith|node|controller]", s)
+	}
+	parts := strings.Split(rest, ",")
+	p := PluginConfig{ID: strings.TrimSpace(id), Endpoint: strings.TrimSpace(parts[0])}
+	for _, opt := range parts[1:] {
+		k, v, ok := strings.Cut(opt, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch {
+		case !ok:
+			return PluginConfig{}, fmt.Errorf("csi plugin %q: option %q is not key=value", s, opt)
+		case k != "type":
+			return PluginConfig{}, fmt.Errorf("csi plugin %q: unknown option %q (only type is known)", s, k)
+		case p.Type != "":
+			return PluginConfig{}, fmt.Errorf("csi plugin %q: type is given twice", s)
+		}
+		p.Type = structs.CSIPluginType(v)
+		if !p.Type.Valid() {
+			return PluginConfig{}, fmt.Errorf("csi plugin %q: unknown type %q (want monolith, node or controller)", s, v)
+		}
+	}
+	if err := p.validate(); err != nil {
+		return PluginConfig{}, fmt.Errorf("csi plugin %q: %v", s, err)
+	}
+	return p, nil
+}

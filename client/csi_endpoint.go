@@ -1,0 +1,389 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/volplane/volplane/plugins/csi"
+	"github.com/volplane/volplane/structs"
+)
+
+// ClientCSI is the endpoint servers call on this client, over the streams
+// they open on the client's session, to drive the CSI plugins on its node.
+//
+// Its errors are typed for the server: a plugin that does not run here, or
+// runs unhealthy, is ErrCodeRetryable (the server tries another controller
+// or tries again later); so is a plugin error the CSI spec says may go away
+// (busy, unavailable, timed out) and a controller publish refused because
+// the volume is published elsewhere (it can succeed once that claim is
+// released). "Already done" answers are success. Anything else is
+// ErrCodeInternal naming the method, the volume and the gRPC code, or
+// ErrCodeInvalid for a request missing a field. Requests carry secrets:
+// they are never logged.
+type ClientCSI struct {
+	c *Client
+	// volumeLocks serialises node detaches of one volume, so two of them
+	// cannot each see the other's allocation and both leave the volume
+	// staged.
+	volumeLocks keyedMutex
+}
+
+// ControllerAttachVolume publishes a volume to a node (ControllerPublishVolume)
+// and returns the publish context.
+func (e *ClientCSI) ControllerAttachVolume(args *structs.ClientCSIControllerAttachVolumeRequest, reply *structs.ClientCSIControllerAttachVolumeResponse) error {
+	const name = "ClientCSI.ControllerAttachVolume"
+	var m structs.MultiError
+	required(&m, "PluginID", args.PluginID)
+	required(&m, "VolumeID", args.VolumeID)
+	required(&m, "ClientCSINodeID", args.ClientCSINodeID)
+	validModes(&m, args.AccessMode, args.AttachmentMode)
+	if err := e.check(name, &m, args.ClientCSITarget); err != nil {
+		return err
+	}
+	plugin, err := e.c.plugins.controller(args.PluginID)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := e.callContext()
+	defer cancel()
+	pc, err := plugin.ControllerPublishVolume(ctx, &csi.ControllerPublishRequest{
+		ExternalID:    args.VolumeID,
+		NodeID:        args.ClientCSINodeID,
+		Capability:    capability(args.AccessMode, args.AttachmentMode, args.MountOptions),
+		ReadOnly:      args.ReadOnly,
+		Secrets:       args.Secrets,
+		VolumeContext: args.VolumeContext,
+	})
+	if err != nil {
+		return e.fail(csi.MethodControllerPublishVolume, args.PluginID, args.VolumeID, err)
+	}
+	reply.PublishContext = pc
+	return nil
+}
+
+// ControllerDetachVolume unpublishes a volume from a node
+// (ControllerUnpublishVolume); a volume or node the plugin no longer knows
+// is detached already.
+func (e *ClientCSI) ControllerDetachVolume(args *structs.ClientCSIControllerDetachVolumeRequest, reply *structs.ClientCSIEmptyResponse) error {
+	const name = "ClientCSI.ControllerDetachVolume"
+	var m structs.MultiError
+	required(&m, "PluginID", args.PluginID)
+	required(&m, "VolumeID", args.VolumeID)
+	required(&m, "ClientCSINodeID", args.ClientCSINodeID)
+	if err := e.check(name, &m, args.ClientCSITarget); err != nil {
+		return err
+	}
+	plugin, err := e.c.plugins.controller(args.PluginID)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := e.callContext()
+	defer cancel()
+	err = plugin.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishRequest{
+		ExternalID: args.VolumeID,
+		NodeID:     args.ClientCSINodeID,
+		Secrets:    args.Secrets,
+	})
+	return e.fail(csi.MethodControllerUnpublishVolume, args.PluginID, args.VolumeID, err)
+}
+
+// ControllerValidateVolume checks that a volume supports the capabilities
+// (ValidateVolumeCapabilities).
+func (e *ClientCSI) ControllerValidateVolume(args *structs.ClientCSIControllerValidateVolumeRequest, reply *structs.ClientCSIEmptyResponse) error {
+	const name = "ClientCSI.ControllerValidateVolume"
+	var m structs.MultiError
+	required(&m, "PluginID", args.PluginID)
+	required(&m, "VolumeID", args.VolumeID)
+	caps := capabilities(&m, args.Capabilities, args.MountOptions)
+	if err := e.check(name, &m, args.ClientCSITarget); err != nil {
+		return err
+	}
+	plugin, err := e.c.plugins.controller(args.PluginID)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := e.callContext()
+	defer cancel()
+	err = plugin.ControllerValidateVolume(ctx, &csi.ControllerValidateVolumeRequest{
+		ExternalID:    args.VolumeID,
+		Capabilities:  caps,
+		Parameters:    args.Parameters,
+		VolumeContext: args.VolumeContext,
+		Secrets:       args.Secrets,
+	})
+	return e.fail(csi.MethodValidateVolumeCapabilities, args.PluginID, args.VolumeID, err)
+}
+
+// ControllerCreateVolume creates a volume (CreateVolume).
+func (e *ClientCSI) ControllerCreateVolume(args *structs.ClientCSIControllerCreateVolumeRequest, reply *structs.ClientCSIControllerCreateVolumeResponse) error {
+	const name = "ClientCSI.ControllerCreateVolume"
+	var m structs.MultiError
+	required(&m, "PluginID", args.PluginID)
+	required(&m, "Name", args.Name)
+	caps := capabilities(&m, args.Capabilities, args.MountOptions)
+	if err := e.check(name, &m, args.ClientCSITarget); err != nil {
+		return err
+	}
+	plugin, err := e.c.plugins.controller(args.PluginID)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := e.callContext()
+	defer cancel()
+	resp, err := plugin.CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name:         args.Name,
+		CapacityMin:  args.CapacityMin,
+		CapacityMax:  args.CapacityMax,
+		Capabilities: caps,
+		Parameters:   args.Parameters,
+		Secrets:      args.Secrets,
+		SnapshotID:   args.SnapshotID,
+		CloneID:      args.CloneID,
+		Topology:     args.RequestedTopologies,
+	})
+	if err != nil {
+		return e.fail(csi.MethodCreateVolume, args.PluginID, args.Name, err)
+	}
+	reply.ExternalVolumeID = resp.ExternalID
+	reply.CapacityBytes = resp.CapacityBytes
+	reply.VolumeContext = resp.Context
+	reply.Topologies = resp.Topologies
+	return nil
+}
+
+// ControllerDeleteVolume deletes a volume (DeleteVolume); one already gone
+// is deleted.
+func (e *ClientCSI) ControllerDeleteVolume(args *structs.ClientCSIControllerDeleteVolumeRequest, reply *structs.ClientCSIEmptyResponse) error {
+	const name = "ClientCSI.ControllerDeleteVolume"
+	var m structs.MultiError
+	required(&m, "PluginID", args.PluginID)
+	required(&m, "VolumeID", args.VolumeID)
+	if err := e.check(name, &m, args.ClientCSITarget); err != nil {
+		return err
+	}
+	plugin, err := e.c.plugins.controller(args.PluginID)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := e.callContext()
+	defer cancel()
+	err = plugin.DeleteVolume(ctx, args.VolumeID, args.Secrets)
+	return e.fail(csi.MethodDeleteVolume, args.PluginID, args.VolumeID, err)
+}
+
+// NodeDetachVolume undoes an allocation's use of a volume on this node:
+// NodeUnpublishVolume at the allocation's target path, then, when the node
+// plugin stages and no other allocation here uses the same staging path,
+// NodeUnstageVolume. Each step counts a "nothing to undo" answer as done,
+// so a retried detach completes.
+func (e *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequest, reply *structs.ClientCSIEmptyResponse) error {
+	const name = "ClientCSI.NodeDetachVolume"
+	var m structs.MultiError
+	required(&m, "PluginID", args.PluginID)
+	required(&m, "VolumeID", args.VolumeID)
+	required(&m, "AllocID", args.AllocID)
+	usage, recorded := e.c.usage.Get(args.AllocID, args.VolumeID)
+	externalID := args.ExternalID
+	if externalID == "" {
+		externalID = usage.ExternalID
+	}
+	required(&m, "ExternalID", externalID)
+	if err := e.check(name, &m, args.ClientCSITarget); err != nil {
+		return err
+	}
+	plugin, nodeInfo, err := e.c.plugins.node(args.PluginID)
+	if err != nil {
+		return err
+	}
+	namespace := args.RequestNamespace()
+	unlock := e.volumeLocks.lock(args.PluginID + "\x00" + namespace + "\x00" + args.VolumeID)
+	defer unlock()
+
+	target := e.c.paths.TargetPath(args.AllocID, args.VolumeID)
+	staging := e.c.paths.StagingPath(args.PluginID, namespace, args.VolumeID,
+		UsageMode(args.AccessMode, args.AttachmentMode, args.ReadOnly))
+	stages := nodeInfo.NodeInfo != nil && nodeInfo.NodeInfo.RequiresNodeStageVolume
+	if recorded {
+		// The paths the volume was published at win over today's scheme.
+		target = usage.TargetPath
+		staging = usage.StagingPath
+		stages = stages && staging != ""
+	}
+
+	ctx, cancel := e.callContext()
+	defer cancel()
+	if err := plugin.NodeUnpublishVolume(ctx, externalID, target); err != nil {
+		return e.fail(csi.MethodNodeUnpublishVolume, args.PluginID, externalID, err)
+	}
+	// The plugin removed the target; the client made its parent.
+	removeEmptyDir(filepath.Dir(target))
+
+	if stages {
+		if others := e.c.usage.OthersStagedAt(args.AllocID, args.PluginID, staging); len(others) > 0 {
+			e.c.logger.Debug("volume still used on this node; leaving it staged", "volume_id", args.VolumeID,
+				"alloc_id", args.AllocID, "other_allocs", others)
+		} else {
+			if err := plugin.NodeUnstageVolume(ctx, externalID, staging); err != nil {
+				return e.fail(csi.MethodNodeUnstageVolume, args.PluginID, externalID, err)
+			}
+			removeEmptyDir(staging)
+		}
+	}
+	if err := e.c.usage.Remove(args.AllocID, args.VolumeID); err != nil {
+		return structs.NewError(structs.ErrCodeInternal, "%s: volume %q of allocation %q was detached but not forgotten: %v",
+			name, args.VolumeID, args.AllocID, err)
+	}
+	e.c.logger.Debug("volume detached from node", "volume_id", args.VolumeID, "alloc_id", args.AllocID)
+	return nil
+}
+
+// check returns the request's validation problems as one invalid error, or
+// a retryable one when the call was meant for another node.
+func (e *ClientCSI) check(name string, m *structs.MultiError, target structs.ClientCSITarget) error {
+	if err := m.ErrorOrNil(name); err != nil {
+		return err
+	}
+	if target.NodeID != "" && target.NodeID != e.c.id.NodeID {
+		// A server's view of which session leads where is stale.
+		return structs.NewError(structs.ErrCodeRetryable, "%s: call for node %q reached node %q", name, target.NodeID, e.c.id.NodeID)
+	}
+	return nil
+}
+
+// callContext is the context of one plugin call: cancelled on shutdown; the
+// CSI client gives each call its deadline.
+func (e *ClientCSI) callContext() (context.Context, context.CancelFunc) {
+	return context.WithCancel(e.c.ctx)
+}
+
+// fail turns a plugin error into the typed error the server acts on (nil
+// for success and for "already done"), and logs it.
+func (e *ClientCSI) fail(method, pluginID, volumeID string, err error) error {
+	if err == nil {
+		return nil
+	}
+	out := csiError(method, volumeID, err)
+	if out != nil {
+		e.c.logger.Warn("csi plugin call failed", "plugin_id", pluginID, "method", method, "volume_id", volumeID,
+			"code", structs.CodeOf(out), "error", out)
+	}
+	return out
+}
+
+// csiError maps a CSI client error to the typed error servers act on.
+func csiError(method, volumeID string, err error) error {
+	class := csi.ClassOf(method, err)
+	if class == csi.ClassAlreadyDone {
+		return nil
+	}
+	var se *structs.Error
+	if errors.As(err, &se) {
+		// The CSI client refused the request before sending it.
+		return structs.NewError(se.Code, "%s", err.Error())
+	}
+	code := status.Code(err)
+	msg := err.Error()
+	var ce *csi.Error
+	if errors.As(err, &ce) {
+		code = ce.Code
+		msg = status.Convert(errors.Unwrap(ce)).Message()
+	}
+	text := method + " of volume " + quote(volumeID) + " failed with gRPC code " + code.String() + ": " + msg
+	switch {
+	case class == csi.ClassRetryable:
+		return structs.NewError(structs.ErrCodeRetryable, "%s", text)
+	case method == csi.MethodControllerPublishVolume && code == codes.FailedPrecondition:
+		// Published on another node: possible once that claim is released.
+		return structs.NewError(structs.ErrCodeRetryable, "%s", text)
+	}
+	return structs.NewError(structs.ErrCodeInternal, "%s", text)
+}
+
+func quote(s string) string { return `"` + s + `"` }
+
+func required(m *structs.MultiError, field, value string) {
+	if value == "" {
+		m.Add("missing %s", field)
+	}
+}
+
+func validModes(m *structs.MultiError, access structs.CSIVolumeAccessMode, attachment structs.CSIVolumeAttachmentMode) {
+	if !access.Valid() {
+		m.Add("AccessMode %q is not a known access mode", access)
+	}
+	if !attachment.Valid() {
+		m.Add("AttachmentMode %q is not a known attachment mode", attachment)
+	}
+}
+
+func capability(access structs.CSIVolumeAccessMode, attachment structs.CSIVolumeAttachmentMode, opts *structs.CSIMountOptions) *csi.VolumeCapability {
+	c := &csi.VolumeCapability{AccessMode: access, AttachmentMode: attachment}
+	if attachment == structs.CSIVolumeAttachmentModeFilesystem {
+		c.MountOptions = opts
+	}
+	return c
+}
+
+// capabilities converts a request's capabilities, adding their problems to m.
+func capabilities(m *structs.MultiError, in []*structs.CSIVolumeCapability, opts *structs.CSIMountOptions) []*csi.VolumeCapability {
+	if len(in) == 0 {
+		m.Add("missing Capabilities")
+	}
+	var out []*csi.VolumeCapability
+	for _, c := range in {
+		if c == nil {
+			m.Add("Capabilities has an empty entry")
+			continue
+		}
+		validModes(m, c.AccessMode, c.AttachmentMode)
+		out = append(out, capability(c.AccessMode, c.AttachmentMode, opts))
+	}
+	return out
+}
+
+// removeEmptyDir removes dir if it is empty; anything else stays.
+func removeEmptyDir(dir string) {
+	_ = os.Remove(dir)
+}
+
+// keyedMutex is a set of mutexes by key, each dropped when unused.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedLock
+}
+
+type keyedLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// lock locks key and returns its unlock.
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedLock{}
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyedLock{}
+		k.locks[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
