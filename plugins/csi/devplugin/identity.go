@@ -1,0 +1,49 @@
+package devplugin
+
+import (
+	"context"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+type identityServer struct {
+	csi.UnimplementedIdentityServer
+	p *Plugin
+}
+
+func (s *identityServer) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
+	return &csi.GetPluginInfoResponse{Name: PluginName, VendorVersion: PluginVersion}, nil
+}
+
+func (s *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
+	service := func(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
+		return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
+			Service: &csi.PluginCapability_Service{Type: t}}}
+	}
+	caps := []*csi.PluginCapability{
+		service(csi.PluginCapability_Service_CONTROLLER_SERVICE),
+		service(csi.PluginCapability_Service_GROUP_CONTROLLER_SERVICE),
+		// Expanding a directory needs nothing from the node, so published
+		// volumes can be expanded.
+		{Type: &csi.PluginCapability_VolumeExpansion_{VolumeExpansion: &csi.PluginCapability_VolumeExpansion{
+			Type: csi.PluginCapability_VolumeExpansion_ONLINE}}},
+	}
+	if len(s.p.cfg.Topology) > 0 {
+		// Not SNAPSHOT_ACCESSIBILITY_CONSTRAINTS: a snapshot is a copy in
+		// the shared state directory, usable from every topology.
+		caps = append(caps, service(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS))
+	}
+	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// Probe is ready unless a fault says otherwise (see applyFault); reading the
+// state is what "ready" depends on.
+func (s *identityServer) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	if err := s.p.store.view(func(*state) error { return nil }); err != nil {
+		// The spec's code for a plugin that is not healthy.
+		return nil, errorf(codes.FailedPrecondition, "%v", err)
+	}
+	return &csi.ProbeResponse{Ready: wrapperspb.Bool(true)}, nil
+}
