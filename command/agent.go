@@ -13,13 +13,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/cli"
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/volplane/volplane/server"
 )
 
-// AgentCommand runs a server agent (and, with -dev, a whole single-process
-// cluster).
+// AgentCommand runs a server agent, a client agent or both (and, with -dev,
+// a whole single-process cluster).
 type AgentCommand struct {
 	UI cli.Ui
 	// ShutdownCh, when set, replaces the process signals (for tests).
@@ -34,9 +33,18 @@ Usage: volplane agent [options]
 
   Runs a volplane agent until it is interrupted (SIGINT or SIGTERM).
 
-  -dev                    Run a single-server cluster with its state in a
-                          temporary directory, for trying volplane out.
+  -dev                    Run a single-server cluster, a client connected
+                          to it and the development CSI plugin (as plugin
+                          "dev"), with their state in a temporary
+                          directory, for trying volplane out.
   -server                 Run as a server.
+  -client                 Run as a client agent (both -server and -client
+                          run both in one process).
+  -servers=HOST:PORT,...  The servers a client registers with (default
+                          port 4647; default: this agent's own server).
+  -csi-plugin=ID=unix:///path/csi.sock[,type=monolith|node|controller]
+                          A CSI plugin the client drives; repeatable. The
+                          type defaults to what the plugin offers.
   -config=FILE            Read settings from an HCL file; flags override it.
   -node-name=NAME         The agent's name (default: the host name).
   -data-dir=DIR           Where the node ID, Raft log and snapshots live.
@@ -64,30 +72,55 @@ func (c *AgentCommand) Run(args []string) int {
 		c.UI.Error("Error: " + err.Error())
 		return 1
 	}
-	srvCfg, cleanup, err := c.serverConfig(cfg, dev)
-	if err != nil {
-		c.UI.Error("Error: " + err.Error())
-		return 1
+	logger := newAgentLogger(cfg)
+	dataDir := cfg.DataDir
+	var srv *server.Server
+	if dev || cfg.Server.Enabled {
+		srvCfg, cleanup, err := c.serverConfig(cfg, dev)
+		if err != nil {
+			c.UI.Error("Error: " + err.Error())
+			return 1
+		}
+		defer cleanup()
+		srvCfg.Logger = logger
+		dataDir = srvCfg.DataDir
+		if srv, err = server.NewServer(srvCfg); err != nil {
+			c.UI.Error("Error starting agent: " + err.Error())
+			return 1
+		}
+		c.UI.Output(fmt.Sprintf("volplane agent started: server %q, RPC %s, HTTP http://%s", srvCfg.NodeName, srv.RPCAddr(), srv.HTTPAddr()))
 	}
-	defer cleanup()
-
-	srv, err := server.NewServer(srvCfg)
+	cl, err := startClient(cfg, dev, dataDir, srv, logger)
 	if err != nil {
 		c.UI.Error("Error starting agent: " + err.Error())
+		if srv != nil {
+			srv.Shutdown()
+		}
 		return 1
 	}
-	c.UI.Output(fmt.Sprintf("volplane agent started: server %q, RPC %s, HTTP http://%s", srvCfg.NodeName, srv.RPCAddr(), srv.HTTPAddr()))
+	if cl != nil {
+		servers, _ := cl.client.Servers()
+		c.UI.Output(fmt.Sprintf("volplane client started: node %s, servers %s", cl.client.NodeID(), strings.Join(servers, ",")))
+	}
 	if dev {
-		c.UI.Output("Development mode: a single server whose state is discarded on exit.")
+		c.UI.Output(`Development mode: a single server, a client and the development CSI plugin "dev", whose state is discarded on exit.`)
 	}
 
 	c.waitForShutdown()
 	c.UI.Output("Shutting down")
-	if err := srv.Shutdown(); err != nil {
+	code := 0
+	// The client first, so its last calls still find its server.
+	if err := cl.Shutdown(); err != nil {
 		c.UI.Error("Error during shutdown: " + err.Error())
-		return 1
+		code = 1
 	}
-	return 0
+	if srv != nil {
+		if err := srv.Shutdown(); err != nil {
+			c.UI.Error("Error during shutdown: " + err.Error())
+			code = 1
+		}
+	}
+	return code
 }
 
 func (c *AgentCommand) waitForShutdown() {
@@ -126,6 +159,7 @@ func (c *AgentCommand) parse(args []string) (*AgentConfig, bool, error) {
 	fs.Var(&retryJoin, "retry-join", "")
 	fs.StringVar(&logLevel, "log-level", "", "")
 	fs.BoolVar(&logJSON, "log-json", false, "")
+	clientFlags := addClientFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, false, fmt.Errorf("agent: %v (see volplane agent -help)", err)
 	}
@@ -184,11 +218,14 @@ func (c *AgentCommand) parse(args []string) (*AgentConfig, bool, error) {
 	if set["log-json"] {
 		cfg.LogJSON = logJSON
 	}
+	if err := clientFlags.apply(cfg, set); err != nil {
+		return nil, false, err
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, false, err
 	}
-	if !dev && !cfg.Server.Enabled {
-		return nil, false, fmt.Errorf("agent: give -server (or server { enabled = true } in the config file), or -dev")
+	if !dev && !cfg.Server.Enabled && !cfg.Client.Enabled {
+		return nil, false, fmt.Errorf("agent: give -server and/or -client (or server/client { enabled = true } in the config file), or -dev")
 	}
 	return cfg, dev, nil
 }
@@ -197,16 +234,7 @@ func (c *AgentCommand) parse(args []string) (*AgentConfig, bool, error) {
 func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, func(), error) {
 	cfg := server.DefaultConfig()
 	cleanup := func() {}
-	level := hclog.LevelFromString(a.LogLevel)
-	if level == hclog.NoLevel {
-		level = hclog.Info
-	}
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{
-		Name:       "volplane",
-		Level:      level,
-		JSONFormat: a.LogJSON,
-		Output:     os.Stderr,
-	})
+	cfg.Logger = newAgentLogger(a)
 	bind := a.BindAddr
 	if bind == "" {
 		bind = "127.0.0.1"

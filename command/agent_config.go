@@ -23,6 +23,7 @@ type AgentConfig struct {
 	Ports    *PortsConfig  `hcl:"ports,block"`
 	Advert   *AdvertConfig `hcl:"advertise,block"`
 	Server   *ServerBlock  `hcl:"server,block"`
+	Client   *ClientBlock  `hcl:"client,block"`
 }
 
 // PortsConfig are the agent's ports.
@@ -132,6 +133,9 @@ func (c *AgentConfig) validate() error {
 				return fmt.Errorf("server.retry_interval %q: %v", s.RetryInterval, err)
 			}
 		}
+	}
+	if err := c.Client.validate(); err != nil {
+		return err
 	}
 	switch c.LogLevel {
 	case "", "trace", "debug", "info", "warn", "error", "TRACE", "DEBUG", "INFO", "WARN", "ERROR":
