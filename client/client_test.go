@@ -58,6 +58,33 @@ func TestClient_PluginOnTwoNodes(t *testing.T) {
 		must.Eq(t, "client-"+t.Name(), node.Name)
 		must.Eq(t, DefaultDatacenter, node.Datacenter)
 	}
+
+	// The clients hold sessions with servers 0 and 1; calls made on server
+	// 2 reach them through the servers that hold their sessions.
+	var created structs.ClientCSIControllerCreateVolumeResponse
+	must.NoError(t, servers[2].RPC("ClientCSI.ControllerCreateVolume", &structs.ClientCSIControllerCreateVolumeRequest{
+		PluginID: "dev", Name: "shared", Capabilities: fsCaps, CapacityMin: 1 << 20,
+	}, &created))
+	var attached structs.ClientCSIControllerAttachVolumeResponse
+	must.NoError(t, servers[2].RPC("ClientCSI.ControllerAttachVolume", &structs.ClientCSIControllerAttachVolumeRequest{
+		PluginID: "dev", VolumeID: created.ExternalVolumeID, ClientCSINodeID: "storage-node-1",
+		AccessMode: fsCaps[0].AccessMode, AttachmentMode: fsCaps[0].AttachmentMode,
+	}, &attached))
+	must.MapNotEmpty(t, attached.PublishContext)
+	detach := &structs.ClientCSINodeDetachVolumeRequest{
+		PluginID: "dev", VolumeID: "shared", ExternalID: created.ExternalVolumeID, AllocID: "alloc-1",
+		AccessMode: fsCaps[0].AccessMode, AttachmentMode: fsCaps[0].AttachmentMode,
+	}
+	detach.NodeID = clients[1].NodeID()
+	must.NoError(t, servers[2].RPC("ClientCSI.NodeDetachVolume", detach, &structs.ClientCSIEmptyResponse{}),
+		must.Sprint("nothing published: the detach has nothing to do"))
+	calls, err := devplugin.ReadCallLog(stateDir)
+	must.NoError(t, err)
+	unpublished := slices.ContainsFunc(calls, func(c devplugin.Call) bool {
+		return c.Method == "NodeUnpublishVolume" && c.Instance == "storage-node-1" &&
+			c.TargetPath == clients[1].Paths().TargetPath("alloc-1", "shared")
+	})
+	must.True(t, unpublished, must.Sprint("the detach ran on the allocation's node"))
 }
 
 // A probe that fails once does not make the plugin unhealthy; failing as

@@ -6,6 +6,7 @@ import (
 	netrpc "net/rpc"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
@@ -88,6 +89,9 @@ func (l *serverList) learn(addrs []string) {
 	}
 }
 
+// keepSessionFor is the pool's idle limit: in effect, never.
+const keepSessionFor = 365 * 24 * time.Hour
+
 // serverConn is the pool holding the client's one session, to one server.
 type serverConn struct {
 	addr string
@@ -121,6 +125,9 @@ func (c *Client) newPool() *rpc.ConnPool {
 		Logger:      c.logger,
 		DialTimeout: c.config.RPCTimeout,
 		CallTimeout: c.config.RPCTimeout,
+		// The session must stay open while the client is idle: it is how
+		// the servers reach the client. Heartbeats keep it busy anyway.
+		MaxIdle: keepSessionFor,
 		AcceptStreams: func(stream net.Conn) {
 			c.rpcServer.ServeCodec(rpc.NewServerCodec(stream, 0))
 		},
