@@ -196,7 +196,11 @@ func (s *Server) OtherServers() []string {
 	return out
 }
 
-// ServerRPC implements clientrpc.Servers.
+// ServerRPC implements clientrpc.Servers. Calls for a client agent get the
+// longer deadline of a CSI call; the lookups before them the usual one.
 func (s *Server) ServerRPC(addr, method string, args, reply any) error {
+	if strings.HasPrefix(method, "ClientCSI.") {
+		return s.clientFwdPool.RPC(addr, method, args, reply)
+	}
 	return s.pool.RPC(addr, method, args, reply)
 }

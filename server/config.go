@@ -55,6 +55,11 @@ type Config struct {
 	HeartbeatTTL    time.Duration
 	NodeGracePeriod time.Duration
 
+	// ServerRPCTimeout bounds a call to another server (a forwarded request,
+	// a join); blocking queries get their wait on top. Without it a frozen
+	// leader would hold forwarded writes until yamux's keepalive gives up.
+	ServerRPCTimeout time.Duration
+
 	// ClientRPCTimeout bounds a call to a client agent (a CSI plugin call
 	// with its retries).
 	ClientRPCTimeout time.Duration
@@ -78,6 +83,7 @@ func DefaultConfig() *Config {
 		HeartbeatTTL:      10 * time.Second,
 		NodeGracePeriod:   10 * time.Second,
 		ClientRPCTimeout:  2 * time.Minute,
+		ServerRPCTimeout:  10 * time.Second,
 	}
 }
 
@@ -108,6 +114,9 @@ func (c *Config) normalize() error {
 	}
 	if c.NodeGracePeriod == 0 {
 		c.NodeGracePeriod = d.NodeGracePeriod
+	}
+	if c.ServerRPCTimeout == 0 {
+		c.ServerRPCTimeout = d.ServerRPCTimeout
 	}
 	if c.ClientRPCTimeout == 0 {
 		c.ClientRPCTimeout = d.ClientRPCTimeout

@@ -39,6 +39,9 @@ type Server struct {
 	rpcAddr     string // advertised
 	mux         *rpc.Mux
 	pool        *rpc.ConnPool
+	// clientFwdPool carries calls for client agents forwarded to another
+	// server; they may take as long as a CSI call.
+	clientFwdPool *rpc.ConnPool
 
 	httpServer   *http.Server
 	httpListener net.Listener
@@ -152,7 +155,9 @@ func (s *Server) setupRPC() error {
 		return fmt.Errorf("resolving the advertised RPC address %s: %w", s.rpcAddr, err)
 	}
 	s.raftLayer = rpc.NewRaftLayer(adv)
-	s.pool = rpc.NewPool(rpc.PoolConfig{Logger: s.logger.Named("pool")})
+	s.pool = rpc.NewPool(rpc.PoolConfig{Logger: s.logger.Named("pool"), CallTimeout: s.config.ServerRPCTimeout})
+	s.clientFwdPool = rpc.NewPool(rpc.PoolConfig{Logger: s.logger.Named("pool"),
+		CallTimeout: s.config.ClientRPCTimeout + s.config.ServerRPCTimeout})
 	s.mux = rpc.NewMux(rpc.MuxConfig{
 		Logger: s.logger.Named("rpc"),
 		Handlers: rpc.Handlers{
@@ -253,6 +258,9 @@ func (s *Server) Shutdown() error {
 		}
 		if s.pool != nil {
 			s.pool.Close()
+		}
+		if s.clientFwdPool != nil {
+			s.clientFwdPool.Close()
 		}
 		s.wg.Wait()
 		if err := s.raftStore.Close(); err != nil {

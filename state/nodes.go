@@ -177,12 +177,29 @@ func updateNodePluginsTxn(txn *memdb.Txn, index uint64, nodeID string, old, cur 
 		var ctrl, node *structs.CSIInfo
 		if cur != nil {
 			ctrl, node = cur.CSIControllerPlugins[id], cur.CSINodePlugins[id]
+			if cur.Status == structs.NodeStatusDown {
+				// A down node's instances cannot serve anything, whatever
+				// they last reported; when the node is back, its own
+				// fingerprints count again.
+				ctrl, node = downInstance(ctrl), downInstance(node)
+			}
 		}
 		if err := setPluginInstancesTxn(txn, index, id, nodeID, ctrl, node); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// downInstance is a copy of a plugin instance on a down node, unhealthy.
+func downInstance(i *structs.CSIInfo) *structs.CSIInfo {
+	if i == nil {
+		return nil
+	}
+	c := i.Copy()
+	c.Healthy = false
+	c.HealthDescription = "node is down"
+	return c
 }
 
 func copyInfoMap(m map[string]*structs.CSIInfo) map[string]*structs.CSIInfo {

@@ -193,7 +193,8 @@ func TestUpdateNodeStatus(t *testing.T) {
 
 	must.NoError(t, s.UpsertNode(10, healthyNodePlugin("n1", "p")))
 
-	// A status change without fingerprints keeps the plugins.
+	// A status change without fingerprints keeps the node's fingerprints,
+	// but a down node's instances count as unhealthy.
 	must.NoError(t, s.UpdateNodeStatus(11, &structs.NodeUpdateStatusRequest{
 		NodeID: "n1", Status: structs.NodeStatusDown, UpdatedAt: 500,
 	}))
@@ -203,7 +204,7 @@ func TestUpdateNodeStatus(t *testing.T) {
 	must.Eq(t, int64(500), n.StatusUpdatedAt)
 	must.Eq(t, uint64(11), n.ModifyIndex)
 	must.MapLen(t, 1, n.CSINodePlugins)
-	mustIndex(t, s, TableCSIPlugins, 10)
+	mustIndex(t, s, TableCSIPlugins, 11)
 
 	// New fingerprints: p turns unhealthy.
 	must.NoError(t, s.UpdateNodeStatus(12, &structs.NodeUpdateStatusRequest{

@@ -418,6 +418,24 @@ func (s *controllerServer) ValidateVolumeCapabilities(_ context.Context, req *cs
 	}); err != nil {
 		return nil, err
 	}
+	if v == nil && s.p.cfg.CreateOnDemand {
+		// A volume registered by hand is taken to exist, as ControllerPublish
+		// takes it: create it now, with the parameters it was registered with.
+		cp, err := toCapability(req.GetVolumeCapabilities()[0])
+		if err == nil {
+			err = s.p.store.update(func(st *state) error {
+				created, err := s.volumeOrCreate(st, req.GetVolumeId(), cp)
+				if err == nil && created.Parameters == nil {
+					created.Parameters = cloneMap(req.GetParameters())
+				}
+				v = created
+				return err
+			})
+		}
+		if err != nil && !errors.Is(err, errCapabilityInvalid) {
+			return nil, err
+		}
+	}
 	if v == nil {
 		return nil, errorf(codes.NotFound, "volume %q does not exist", req.GetVolumeId())
 	}

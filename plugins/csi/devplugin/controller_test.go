@@ -226,6 +226,17 @@ func TestCreateOnDemand(t *testing.T) {
 	c.attach(t, lenient)
 	must.DirExists(t, VolumeDataDir(dir, "registered-by-hand"))
 	mustCode(t, codes.NotFound, newClaim(t, "../escape", lenient, snw).controllerPublish(t, lenient))
+
+	// Validating a volume registered by hand creates it too, keeping the
+	// parameters it was registered with.
+	req := &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "validated-by-hand",
+		VolumeCapabilities: []*csi.VolumeCapability{mountCap(snw)}, Parameters: map[string]string{"replicas": "2"}}
+	_, err := strict.ValidateVolumeCapabilities(ctx(t), req)
+	mustCode(t, codes.NotFound, err)
+	resp, err := lenient.ValidateVolumeCapabilities(ctx(t), req)
+	must.NoError(t, err)
+	must.NotNil(t, resp.GetConfirmed())
+	must.DirExists(t, VolumeDataDir(dir, "validated-by-hand"))
 }
 
 func TestSnapshotsAndClones(t *testing.T) {
