@@ -42,6 +42,10 @@ func (a *agentEndpoint) NodeDetachVolume(args *structs.ClientCSINodeDetachVolume
 	return a.record("node-detach:" + args.VolumeID)
 }
 
+func (a *agentEndpoint) ControllerValidateVolume(args *structs.ClientCSIControllerValidateVolumeRequest, reply *structs.ClientCSIEmptyResponse) error {
+	return a.record("validate:" + args.VolumeID)
+}
+
 func (a *agentEndpoint) count() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -73,7 +77,7 @@ func TestClientCSI_CallReachesAgentThroughAnotherServer(t *testing.T) {
 	agentServer, caller := f[0], f[1]
 
 	ep := &agentEndpoint{}
-	node := testutil.Node("dev")
+	node := testutil.NodeWithController("dev")
 	connectAgent(t, agentServer, node, ep)
 	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
 		p, err := caller.State().CSIPluginByID(nil, "dev")
@@ -110,8 +114,8 @@ func TestClientCSI_NoPathAndControllerOrder(t *testing.T) {
 	// Two connected agents: one asks to retry, the other serves. Whatever
 	// the order, the call lands on the one that serves.
 	retry, serve := &agentEndpoint{fail: structs.ErrCodeRetryable}, &agentEndpoint{}
-	connectAgent(t, s, testutil.Node("dev"), retry)
-	good := testutil.Node("dev")
+	connectAgent(t, s, testutil.NodeWithController("dev"), retry)
+	good := testutil.NodeWithController("dev")
 	connectAgent(t, s, good, serve)
 
 	var resp structs.ClientCSIControllerAttachVolumeResponse
@@ -153,7 +157,7 @@ func TestCSIVolume_CreateAndDelete(t *testing.T) {
 	s := TestServer(t, nil)
 	WaitForLeader(t, s)
 	ep := &agentEndpoint{}
-	connectAgent(t, s, testutil.Node("dev"), ep)
+	connectAgent(t, s, testutil.NodeWithController("dev"), ep)
 
 	good := testutil.CSIVolume("dev")
 	good.ExternalID = ""

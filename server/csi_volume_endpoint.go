@@ -88,6 +88,22 @@ func (e *CSIVolume) prepareRegister(snap *state.StateSnapshot, in *structs.CSIVo
 			"volume %q: plugin %q requires a controller and has no healthy controllers", vol.ID, vol.PluginID)
 	}
 	vol.Provider, vol.ProviderVersion = plugin.Provider, plugin.Version
+	if plugin.ControllerRequired {
+		// The storage provider must know the volume and support its
+		// capabilities before volplane promises them to workloads.
+		err := e.srv.RPC("ClientCSI.ControllerValidateVolume", &structs.ClientCSIControllerValidateVolumeRequest{
+			PluginID:      vol.PluginID,
+			VolumeID:      vol.RemoteID(),
+			Capabilities:  vol.RequestedCapabilities,
+			MountOptions:  vol.MountOptions,
+			Secrets:       vol.Secrets,
+			Parameters:    vol.Parameters,
+			VolumeContext: vol.Context,
+		}, &structs.ClientCSIEmptyResponse{})
+		if err != nil {
+			return nil, structs.Wrap(err, "volume %q", vol.ID)
+		}
+	}
 
 	existing, err := snap.CSIVolumeByID(nil, vol.Namespace, vol.ID)
 	if err != nil {

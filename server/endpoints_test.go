@@ -13,8 +13,12 @@ import (
 func TestNodeEndpoint_RegisterDerivesPlugins(t *testing.T) {
 	s := TestServer(t, nil)
 	WaitForLeader(t, s)
-	n1 := registerNode(t, s, "dev")
-	registerNode(t, s, "dev")
+	n1 := testutil.NodeWithController("dev")
+	n2 := testutil.NodeWithController("dev")
+	for _, n := range []*structs.Node{n1, n2} {
+		var resp structs.NodeUpdateResponse
+		must.NoError(t, s.RPC("Node.Register", &structs.NodeRegisterRequest{Node: n}, &resp))
+	}
 
 	var plug structs.CSIPluginGetResponse
 	must.NoError(t, s.RPC("CSIPlugin.Get", &structs.CSIPluginGetRequest{ID: "dev"}, &plug))

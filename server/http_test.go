@@ -8,7 +8,6 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/volplane/volplane/server/httpapi/httpapitest"
-	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
 
@@ -21,8 +20,9 @@ func TestHTTP_NomadClientCompat(t *testing.T) {
 	f := followers(servers, leader)[0]
 
 	httpapitest.RunNomadClientCompat(t, "http://"+f.HTTPAddr(), func(t *testing.T, fx *httpapitest.Fixture) {
-		var resp structs.NodeUpdateResponse
-		must.NoError(t, f.RPC("Node.Register", &structs.NodeRegisterRequest{Node: fx.Node}, &resp))
+		// The fixture's plugin has a controller, which validates volumes
+		// at registration: its agent is connected, as a real one is.
+		connectAgent(t, f, fx.Node, &agentEndpoint{})
 		// The suite reads the node with ?stale from this follower.
 		testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
 			n, err := f.State().NodeByID(nil, fx.Node.ID)
@@ -42,7 +42,7 @@ func TestHTTP_CreateDeleteWithNomadClient(t *testing.T) {
 	s := TestServer(t, nil)
 	WaitForLeader(t, s)
 	ep := &agentEndpoint{}
-	connectAgent(t, s, testutil.Node("dev"), ep)
+	connectAgent(t, s, testutil.NodeWithController("dev"), ep)
 
 	cfg := nomad.DefaultConfig()
 	cfg.Address = "http://" + s.HTTPAddr()

@@ -11,7 +11,7 @@ import (
 
 func TestNodeDown_InstancesUnhealthyUntilBack(t *testing.T) {
 	s := TestStateStore(t)
-	n := testutil.Node("dev")
+	n := testutil.NodeWithController("dev")
 	must.NoError(t, s.UpsertNode(10, n))
 
 	p, err := s.CSIPluginByID(nil, "dev")

@@ -14,10 +14,35 @@ func UniqueID(prefix string) string {
 	return fmt.Sprintf("%s-%06d", prefix, seq.Add(1))
 }
 
-// Node returns a node running a healthy monolith instance of each plugin.
+// Node returns a node running a healthy node-only instance of each plugin:
+// no controller, so registering a volume of the plugin needs no agent to
+// answer ControllerValidateVolume.
 func Node(plugins ...string) *structs.Node {
+	n := bareNode()
+	for _, p := range plugins {
+		info := NodeInfo(p, n.ID, true)
+		info.RequiresControllerPlugin = false
+		n.CSINodePlugins[p] = info
+	}
+	return n
+}
+
+// NodeWithController returns a node running a healthy monolith instance
+// (controller and node) of each plugin. Volumes of such a plugin are
+// validated by a controller at registration, so the node's agent must be
+// connected to answer.
+func NodeWithController(plugins ...string) *structs.Node {
+	n := bareNode()
+	for _, p := range plugins {
+		n.CSIControllerPlugins[p] = ControllerInfo(p, true)
+		n.CSINodePlugins[p] = NodeInfo(p, n.ID, true)
+	}
+	return n
+}
+
+func bareNode() *structs.Node {
 	id := UniqueID("node")
-	n := &structs.Node{
+	return &structs.Node{
 		ID:                   id,
 		Name:                 id,
 		SecretID:             UniqueID("secret"),
@@ -26,11 +51,6 @@ func Node(plugins ...string) *structs.Node {
 		CSIControllerPlugins: map[string]*structs.CSIInfo{},
 		CSINodePlugins:       map[string]*structs.CSIInfo{},
 	}
-	for _, p := range plugins {
-		n.CSIControllerPlugins[p] = ControllerInfo(p, true)
-		n.CSINodePlugins[p] = NodeInfo(p, id, true)
-	}
-	return n
 }
 
 // ControllerInfo is a controller fingerprint that supports attach/detach.
