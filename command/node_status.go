@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/volplane/volplane/api"
 	"github.com/volplane/volplane/structs"
@@ -89,7 +90,7 @@ func (c *NodeStatusCommand) list(client *api.Client, asJSON, verbose bool) int {
 	for _, n := range stubs {
 		plugins := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(n.CSIControllerPlugins), n.CSINodePlugins...))))
 		rows = append(rows, []string{shortID(n.ID, verbose), n.Name, n.Status, strings.Join(plugins, ","),
-			unixNano(n.StatusUpdatedAt)})
+			lastHeartbeat(n.LastHeartbeat, n.StatusUpdatedAt)})
 	}
 	c.Ui.Output(table([]string{"ID", "Name", "Status", "Plugins", "Last Heartbeat"}, rows))
 	return 0
@@ -103,7 +104,8 @@ func formatNode(n *structs.Node, verbose bool) string {
 		{"Address", n.Address},
 		{"Status", n.Status},
 		{"Status Description", n.StatusDescription},
-		{"Last Heartbeat", unixNano(n.StatusUpdatedAt)},
+		{"Last Heartbeat", lastHeartbeat(n.LastHeartbeat, n.StatusUpdatedAt)},
+		{"Status Changed", unixNano(n.StatusUpdatedAt)},
 	}
 	if verbose {
 		pairs = append(pairs,
@@ -157,4 +159,14 @@ func formatNode(n *structs.Node, verbose bool) string {
 		writeMap(&b, "Attributes", n.Attributes)
 	}
 	return b.String()
+}
+
+// lastHeartbeat shows when the leader last heard from the node, or, when the
+// answer came from a server that was not the leader then, when its status
+// last changed.
+func lastHeartbeat(last time.Time, statusChanged int64) string {
+	if !last.IsZero() {
+		return timeOf(last)
+	}
+	return unixNano(statusChanged)
 }

@@ -139,6 +139,7 @@ Address            = 10.0.0.11
 Status             = ready
 Status Description = <none>
 Last Heartbeat     = `+time.Unix(0, updated.UnixNano()).Format(time.RFC3339)+`
+Status Changed     = `+time.Unix(0, updated.UnixNano()).Format(time.RFC3339)+`
 
 CSI Controller Plugins
 Plugin ID  Provider          Healthy  Health Description  Update Time

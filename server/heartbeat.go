@@ -15,10 +15,21 @@ type heartbeats struct {
 	srv    *Server
 	mu     sync.Mutex
 	timers map[string]*time.Timer
+	// last is when each node was last heard from while we were leader.
+	last map[string]time.Time
 }
 
 func newHeartbeats(s *Server) *heartbeats {
-	return &heartbeats{srv: s, timers: map[string]*time.Timer{}}
+	return &heartbeats{srv: s, timers: map[string]*time.Timer{}, last: map[string]time.Time{}}
+}
+
+// lastHeartbeat returns when the node was last heard from, if this server
+// has heard from it while leader.
+func (h *heartbeats) lastHeartbeat(nodeID string) (time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.last[nodeID]
+	return t, ok
 }
 
 // deadline is how long a node may stay silent before it is marked down.
@@ -34,6 +45,7 @@ func (h *heartbeats) reset(nodeID string) {
 	if h.timers == nil {
 		return // not leader
 	}
+	h.last[nodeID] = time.Now()
 	if t, ok := h.timers[nodeID]; ok {
 		t.Reset(h.deadline())
 		return
@@ -46,6 +58,7 @@ func (h *heartbeats) reset(nodeID string) {
 func (h *heartbeats) start() {
 	h.mu.Lock()
 	h.timers = map[string]*time.Timer{}
+	h.last = map[string]time.Time{}
 	h.mu.Unlock()
 	iter, err := h.srv.State().Nodes(nil)
 	if err != nil {
@@ -67,16 +80,6 @@ func (h *heartbeats) stop() {
 		t.Stop()
 	}
 	h.timers = nil
-}
-
-// forget drops a node's clock.
-func (h *heartbeats) forget(nodeID string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if t, ok := h.timers[nodeID]; ok {
-		t.Stop()
-		delete(h.timers, nodeID)
-	}
 }
 
 // expire marks a silent node down through Raft.

@@ -132,10 +132,15 @@ func (e *Node) GetNode(args *structs.NodeSpecificRequest, reply *structs.SingleN
 		if err != nil {
 			return 0, err
 		}
-		reply.Node = n
 		if n != nil {
+			if last, ok := e.srv.heartbeats.lastHeartbeat(n.ID); ok {
+				n = n.Copy()
+				n.LastHeartbeat = last
+			}
+			reply.Node = n
 			return n.ModifyIndex, nil
 		}
+		reply.Node = nil
 		return st.Index(state.TableNodes)
 	})
 }
@@ -152,7 +157,11 @@ func (e *Node) List(args *structs.NodeListRequest, reply *structs.NodeListRespon
 		}
 		reply.Nodes = []*structs.NodeListStub{}
 		for raw := iter.Next(); raw != nil; raw = iter.Next() {
-			reply.Nodes = append(reply.Nodes, raw.(*structs.Node).Stub())
+			stub := raw.(*structs.Node).Stub()
+			if last, ok := e.srv.heartbeats.lastHeartbeat(stub.ID); ok {
+				stub.LastHeartbeat = last
+			}
+			reply.Nodes = append(reply.Nodes, stub)
 		}
 		return st.Index(state.TableNodes)
 	})

@@ -38,6 +38,11 @@ type Node struct {
 	CSIControllerPlugins map[string]*CSIInfo
 	CSINodePlugins       map[string]*CSIInfo
 
+	// LastHeartbeat is when the leader last heard from the node. It is the
+	// leader's memory, not replicated state: filled in only on answers the
+	// leader gives, zero otherwise.
+	LastHeartbeat time.Time
+
 	CreateIndex uint64
 	ModifyIndex uint64
 }
@@ -132,6 +137,7 @@ func (n *Node) Stub() *NodeListStub {
 		Status:            n.Status,
 		StatusDescription: n.StatusDescription,
 		StatusUpdatedAt:   n.StatusUpdatedAt,
+		LastHeartbeat:     n.LastHeartbeat,
 		CreateIndex:       n.CreateIndex,
 		ModifyIndex:       n.ModifyIndex,
 	}
@@ -151,6 +157,7 @@ type NodeListStub struct {
 	StatusUpdatedAt      int64
 	CSIControllerPlugins []string
 	CSINodePlugins       []string
+	LastHeartbeat        time.Time
 	CreateIndex          uint64
 	ModifyIndex          uint64
 }
