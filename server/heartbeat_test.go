@@ -45,6 +45,17 @@ func TestHeartbeat_SilentNodeMarkedDownThenBack(t *testing.T) {
 		NodeID: node.ID, SecretID: node.SecretID, Status: structs.NodeStatusReady,
 	}, &resp))
 	must.Eq(t, structs.NodeStatusReady, nodeStatus())
+
+	// The leader answers with when it last heard from the node.
+	var got structs.SingleNodeResponse
+	must.NoError(t, s.RPC("Node.GetNode", &structs.NodeSpecificRequest{NodeID: node.ID}, &got))
+	must.True(t, time.Since(got.Node.LastHeartbeat) < time.Minute)
+	var list structs.NodeListResponse
+	must.NoError(t, s.RPC("Node.List", &structs.NodeListRequest{}, &list))
+	must.Eq(t, got.Node.LastHeartbeat, list.Nodes[0].LastHeartbeat)
+	stored, err := s.State().NodeByID(nil, node.ID)
+	must.NoError(t, err)
+	must.True(t, stored.LastHeartbeat.IsZero(), must.Sprint("it is not written to state"))
 }
 
 func TestHeartbeat_NewLeaderRestartsClocks(t *testing.T) {
