@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// drive makes ops calls of op from conc goroutines, each taking the next
+// op number until none is left, and returns each call's latency (by op
+// number) and the wall time from the first call to the last answer. The
+// first error stops every goroutine and is returned, naming the op.
+func drive(ctx context.Context, ops, conc int, op func(i int) error) ([]time.Duration, time.Duration, error) {
+	samples := make([]time.Duration, ops)
+	var (
+		next     atomic.Int64
+		stop     atomic.Bool
+		errOnce  sync.Once
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	fail := func(err error) {
+		errOnce.Do(func() { firstErr = err })
+		stop.Store(true)
+	}
+	start := time.Now()
+	for range min(conc, ops) {
+		wg.Go(func() {
+			for !stop.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= ops {
+					return
+				}
+				if err := ctx.Err(); err != nil {
+					fail(err)
+					return
+				}
+				t0 := time.Now()
+				err := op(i)
+				samples[i] = time.Since(t0)
+				if err != nil {
+					fail(fmt.Errorf("op %d of %d: %w", i+1, ops, err))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return samples, time.Since(start), firstErr
+}
+
+// series accumulates the samples and wall time of one measured level over
+// several rounds.
+type series struct {
+	samples []time.Duration
+	wall    time.Duration
+}
+
+func (s *series) add(samples []time.Duration, wall time.Duration) {
+	s.samples = append(s.samples, samples...)
+	s.wall += wall
+}
+
+// stats are the figures of a series.
+type stats struct {
+	ops       int
+	wall      time.Duration
+	opsPerSec float64
+	p50, p99  time.Duration
+	max       time.Duration
+}
+
+func (s *series) stats() stats {
+	sorted := slices.Clone(s.samples)
+	slices.Sort(sorted)
+	st := stats{
+		ops:  len(sorted),
+		wall: s.wall,
+		p50:  percentile(sorted, 0.50),
+		p99:  percentile(sorted, 0.99),
+	}
+	if len(sorted) > 0 {
+		st.max = sorted[len(sorted)-1]
+	}
+	if s.wall > 0 {
+		st.opsPerSec = float64(len(sorted)) / s.wall.Seconds()
+	}
+	return st
+}
+
+// percentile returns the nearest-rank q-quantile of sorted samples: the
+// smallest sample with at least q of all samples at or below it. With 50
+// samples, p99 is the largest one; it is never an interpolation between
+// samples that no call actually took.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(q * float64(len(sorted))))
+	return sorted[min(max(rank, 1), len(sorted))-1]
+}
+
+// splitOps divides ops into rounds chunks whose sizes differ by at most one.
+func splitOps(ops, rounds int) []int {
+	out := make([]int, rounds)
+	for i := range out {
+		out[i] = ops / rounds
+		if i < ops%rounds {
+			out[i]++
+		}
+	}
+	return out
+}

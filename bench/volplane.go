@@ -1,0 +1,418 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"runtime/pprof"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/volplane/volplane/rpc"
+	"github.com/volplane/volplane/server"
+	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/testutil"
+)
+
+const (
+	// clusterSize is the number of servers of both clusters.
+	clusterSize = 3
+	// benchPlugin is the CSI plugin the benchmark node fingerprints and
+	// every volume uses.
+	benchPlugin = "bench"
+	// formTimeout bounds cluster formation and the first leader election,
+	// which with production Raft timing take a few seconds.
+	formTimeout = 60 * time.Second
+	// callTimeout is the deadline of one benchmark RPC.
+	callTimeout = 60 * time.Second
+	// joinInterval paces the join protocol (not Raft): formation only.
+	joinInterval = 200 * time.Millisecond
+)
+
+// volplane is an in-process 3-server cluster and a client of its leader,
+// as a client agent or the CLI would be: msgpack RPC over a pooled yamux
+// session on loopback TCP, and HTTP.
+type volplane struct {
+	servers []*server.Server
+	leader  *server.Server
+	pool    *rpc.ConnPool
+	http    *http.Client
+
+	// nextID numbers the benchmark's volumes.
+	nextID atomic.Int64
+	// registered are the IDs of the volumes created so far, removed before
+	// the list phase counts volumes.
+	registered []string
+	// provider and providerVersion are the benchmark plugin's, which the
+	// leader copies into every volume it registers.
+	provider, providerVersion string
+	// entryBytes is the size of the Raft entry of a one-volume register
+	// request, as the leader encodes it.
+	entryBytes int
+
+	// The heartbeat loop keeps the benchmark node, and so its plugin,
+	// alive, as its client agent would.
+	logger        hclog.Logger
+	heartbeatStop chan struct{}
+	heartbeatWG   sync.WaitGroup
+}
+
+// startVolplane starts three servers that form a cluster through the join
+// protocol, each with raft-boltdb in its own dir and production Raft
+// timing, and waits until the leader serves consistent reads.
+func startVolplane(ctx context.Context, cfg *Config, dir string) (_ *volplane, err error) {
+	logger := cfg.Logger.Named("bench-client")
+	vp := &volplane{
+		logger:        logger,
+		heartbeatStop: make(chan struct{}),
+		pool:          rpc.NewPool(rpc.PoolConfig{Logger: logger, CallTimeout: callTimeout}),
+		http: &http.Client{
+			Transport: &http.Transport{MaxIdleConnsPerHost: 4},
+			Timeout:   callTimeout,
+		},
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, vp.close())
+		}
+	}()
+
+	var first string
+	for i := range clusterSize {
+		c := server.DefaultConfig()
+		c.NodeName = fmt.Sprintf("bench-srv%d", i)
+		c.DataDir = filepath.Join(dir, c.NodeName)
+		c.RPCAddr = "127.0.0.1:0"
+		c.HTTPAddr = "127.0.0.1:0"
+		c.BootstrapExpect = clusterSize
+		c.RetryJoinInterval = joinInterval
+		if i > 0 {
+			c.RetryJoin = []string{first}
+		}
+		c.Logger = cfg.Logger.Named(c.NodeName)
+		var s *server.Server
+		// Every goroutine the server starts, and the ones they start,
+		// inherit this label, so a CPU profile can be split by cluster.
+		pprof.Do(ctx, pprof.Labels("cluster", "volplane"), func(context.Context) {
+			s, err = server.NewServer(c)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("starting server %s: %w", c.NodeName, err)
+		}
+		vp.servers = append(vp.servers, s)
+		if i == 0 {
+			first = s.RPCAddr()
+		}
+	}
+	if err := vp.waitForLeader(ctx); err != nil {
+		return nil, err
+	}
+	return vp, nil
+}
+
+// waitForLeader waits until every server knows the same leader, the leader
+// has all servers as voters, and it answers a consistent read (which it
+// does only after its post-election barrier).
+func (vp *volplane) waitForLeader(ctx context.Context) error {
+	deadline := time.Now().Add(formTimeout)
+	var last error
+	for time.Now().Before(deadline) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if last = vp.leaderReady(); last == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("the volplane cluster has no usable leader after %s: %w", formTimeout, last)
+}
+
+func (vp *volplane) leaderReady() error {
+	var addr raft.ServerAddress
+	vp.leader = nil
+	for _, s := range vp.servers {
+		a, _ := s.Raft().LeaderWithID()
+		switch {
+		case a == "":
+			return fmt.Errorf("server %s knows no leader", s.RPCAddr())
+		case addr != "" && a != addr:
+			return fmt.Errorf("servers disagree on the leader (%s, %s)", addr, a)
+		}
+		addr = a
+		if string(a) == s.RPCAddr() {
+			vp.leader = s
+		}
+	}
+	if vp.leader == nil {
+		return fmt.Errorf("leader %s is none of the servers", addr)
+	}
+	f := vp.leader.Raft().GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	voters := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	if voters != clusterSize {
+		return fmt.Errorf("the leader has %d voters, want %d", voters, clusterSize)
+	}
+	var reply structs.CSIVolumeListResponse
+	return vp.call("CSIVolume.List", &structs.CSIVolumeListRequest{}, &reply)
+}
+
+// stillLeader reports whether the server found leader at the start still is.
+func (vp *volplane) stillLeader() bool {
+	return vp.leader.Raft().State() == raft.Leader
+}
+
+// call makes one RPC to the leader over the network.
+func (vp *volplane) call(method string, args, reply any) error {
+	return vp.pool.RPC(vp.leader.RPCAddr(), method, args, reply)
+}
+
+// registerNode registers a node that fingerprints the benchmark plugin as
+// a healthy node plugin, so volumes of that plugin are valid, starts its
+// heartbeats, and computes the size of a register entry.
+func (vp *volplane) registerNode() error {
+	node := benchNode()
+	var reply structs.NodeUpdateResponse
+	if err := vp.call("Node.Register", &structs.NodeRegisterRequest{Node: node}, &reply); err != nil {
+		return fmt.Errorf("registering the benchmark node: %w", err)
+	}
+	// Without heartbeats the leader marks the node down after its TTL and
+	// grace period, and refuses volumes of its plugin from then on.
+	vp.heartbeatWG.Add(1)
+	go func() {
+		defer vp.heartbeatWG.Done()
+		vp.heartbeat(node, reply.HeartbeatTTL)
+	}()
+	info := node.CSINodePlugins[benchPlugin]
+	vp.provider, vp.providerVersion = info.Provider, info.ProviderVersion
+	buf, err := vp.encodeEntry(benchVolume(1))
+	if err != nil {
+		return err
+	}
+	vp.entryBytes = len(buf)
+	return nil
+}
+
+// benchNode is a ready node whose only plugin is a node instance of the
+// benchmark plugin that needs no controller. A plugin with a controller
+// would make the leader ask it, through the node's client agent, to
+// validate every volume registered; the benchmark has no agent, and
+// measures the server core.
+func benchNode() *structs.Node {
+	n := testutil.Node()
+	info := testutil.NodeInfo(benchPlugin, n.ID, true)
+	info.RequiresControllerPlugin = false
+	n.CSIControllerPlugins = map[string]*structs.CSIInfo{}
+	n.CSINodePlugins = map[string]*structs.CSIInfo{benchPlugin: info}
+	return n
+}
+
+// heartbeat reports the node ready every third of its TTL until close. A
+// heartbeat that changes nothing costs no Raft entry.
+func (vp *volplane) heartbeat(node *structs.Node, ttl time.Duration) {
+	if ttl <= 0 {
+		ttl = 10 * time.Second
+	}
+	t := time.NewTicker(ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-vp.heartbeatStop:
+			return
+		case <-t.C:
+		}
+		args := &structs.NodeUpdateStatusRequest{NodeID: node.ID, SecretID: node.SecretID, Status: structs.NodeStatusReady}
+		var reply structs.NodeUpdateResponse
+		if err := vp.call("Node.UpdateStatus", args, &reply); err != nil {
+			vp.logger.Warn("benchmark node heartbeat failed", "error", err)
+		}
+	}
+}
+
+// volume returns a new volume of the benchmark plugin: testutil's, which
+// has several capabilities, mount options, secrets and parameters, under an
+// ID of fixed width, so that every register entry has the same size.
+func (vp *volplane) volume() *structs.CSIVolume {
+	v := benchVolume(vp.nextID.Add(1))
+	vp.registered = append(vp.registered, v.ID)
+	return v
+}
+
+func benchVolume(n int64) *structs.CSIVolume {
+	v := testutil.CSIVolume(benchPlugin)
+	v.ID = fmt.Sprintf("bench-%08d", n)
+	v.Name = v.ID
+	v.ExternalID = "ext-" + v.ID
+	return v
+}
+
+// encodeEntry returns the Raft entry of a one-volume register request as
+// the leader writes it: the volume with its namespace and the plugin's
+// provider filled in, and the leader's timestamp.
+func (vp *volplane) encodeEntry(v *structs.CSIVolume) ([]byte, error) {
+	v.Namespace = structs.DefaultNamespace
+	v.Provider, v.ProviderVersion = vp.provider, vp.providerVersion
+	req := &structs.CSIVolumeRegisterRequest{
+		Volumes:   []*structs.CSIVolume{v},
+		Timestamp: time.Now().UnixNano(),
+	}
+	buf, err := structs.Encode(structs.CSIVolumeRegisterRequestType, req)
+	if err != nil {
+		return nil, fmt.Errorf("encoding a register request: %w", err)
+	}
+	return buf, nil
+}
+
+// applyEntries encodes n register entries of new volumes, outside the
+// timed calls.
+func (vp *volplane) applyEntries(n int) ([][]byte, error) {
+	out := make([][]byte, n)
+	for i := range out {
+		buf, err := vp.encodeEntry(vp.volume())
+		if err != nil {
+			return nil, err
+		}
+		out[i] = buf
+	}
+	return out, nil
+}
+
+// apply commits one register entry with raft.Apply on the leader, as the
+// endpoint does after its checks: Raft and the state machine without the
+// RPC layers and the endpoint.
+func (vp *volplane) apply(entry []byte) error {
+	f := vp.leader.Raft().Apply(entry, applyTimeout)
+	if err := f.Error(); err != nil {
+		return err
+	}
+	if err, ok := f.Response().(error); ok && err != nil {
+		return err
+	}
+	return nil
+}
+
+// registerRequests builds n one-volume register requests, outside the
+// timed calls.
+func (vp *volplane) registerRequests(n int) []*structs.CSIVolumeRegisterRequest {
+	out := make([]*structs.CSIVolumeRegisterRequest, n)
+	for i := range out {
+		out[i] = &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{vp.volume()}}
+	}
+	return out
+}
+
+// register registers the volumes of one request.
+func (vp *volplane) register(req *structs.CSIVolumeRegisterRequest) error {
+	var reply structs.CSIVolumeRegisterResponse
+	return vp.call("CSIVolume.Register", req, &reply)
+}
+
+// registerMany registers n new volumes, batch per request.
+func (vp *volplane) registerMany(ctx context.Context, n, batch int) error {
+	for n > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		k := min(n, batch)
+		req := &structs.CSIVolumeRegisterRequest{}
+		for range k {
+			req.Volumes = append(req.Volumes, vp.volume())
+		}
+		if err := vp.register(req); err != nil {
+			return fmt.Errorf("registering %d volumes: %w", k, err)
+		}
+		n -= k
+	}
+	return nil
+}
+
+// deregisterRegistered removes the volumes the register phase created, so
+// the list phase knows how many volumes there are.
+func (vp *volplane) deregisterRegistered(ctx context.Context, batch int) error {
+	for ids := range chunks(vp.registered, batch) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var reply structs.CSIVolumeDeregisterResponse
+		req := &structs.CSIVolumeDeregisterRequest{VolumeIDs: ids}
+		if err := vp.call("CSIVolume.Deregister", req, &reply); err != nil {
+			return fmt.Errorf("deregistering %d volumes: %w", len(ids), err)
+		}
+	}
+	vp.registered = nil
+	return nil
+}
+
+func chunks(s []string, n int) func(func([]string) bool) {
+	return func(yield func([]string) bool) {
+		for len(s) > 0 {
+			k := min(n, len(s))
+			if !yield(s[:k]) {
+				return
+			}
+			s = s[k:]
+		}
+	}
+}
+
+// listVolumes makes one GET /v1/volumes against the leader's HTTP API and
+// reads the whole answer. When count is set, it decodes the answer and
+// returns the number of volumes in it.
+func (vp *volplane) listVolumes(ctx context.Context, count bool) (int, error) {
+	url := "http://" + vp.leader.HTTPAddr() + "/v1/volumes?type=csi"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := vp.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return 0, fmt.Errorf("GET /v1/volumes: %s: %s", resp.Status, msg)
+	}
+	if !count {
+		_, err := io.Copy(io.Discard, resp.Body)
+		return 0, err
+	}
+	var stubs []json.RawMessage
+	if err := json.NewDecoder(resp.Body).Decode(&stubs); err != nil {
+		return 0, fmt.Errorf("decoding the volume list: %w", err)
+	}
+	return len(stubs), nil
+}
+
+// close shuts the client and every server down; it waits for their
+// goroutines.
+func (vp *volplane) close() error {
+	close(vp.heartbeatStop)
+	vp.heartbeatWG.Wait()
+	var errs []error
+	if vp.pool != nil {
+		errs = append(errs, vp.pool.Close())
+	}
+	if vp.http != nil {
+		vp.http.CloseIdleConnections()
+	}
+	for _, s := range vp.servers {
+		errs = append(errs, s.Shutdown())
+	}
+	return errors.Join(errs...)
+}

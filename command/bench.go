@@ -1,0 +1,203 @@
+package command
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/hashicorp/cli"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/volplane/volplane/bench"
+)
+
+// BenchCommand runs the server-core benchmark of package bench: in-process
+// clusters, nothing to connect to.
+type BenchCommand struct {
+	Meta
+}
+
+func init() {
+	Register("bench", func(ui cli.Ui) cli.CommandFactory {
+		return func() (cli.Command, error) { return &BenchCommand{Meta: Meta{Ui: ui}}, nil }
+	})
+}
+
+func (c *BenchCommand) Synopsis() string { return "Benchmark the server core" }
+
+func (c *BenchCommand) Help() string {
+	d := bench.DefaultConfig()
+	return strings.TrimSpace(fmt.Sprintf(`
+Usage: volplane bench [options]
+
+  Benchmarks the server core in this process, against nothing else:
+
+  register  CSIVolume.Register, one volume per call, over msgpack RPC to the
+            leader of a 3-server volplane cluster (loopback TCP, raft-boltdb
+            in temporary dirs, production Raft timing), with 1 writer and
+            with -writers writers. Paired with a baseline: a bare 3-node
+            hashicorp/raft cluster with the same stores and configuration
+            and a no-op FSM, applying entries of the same size at the same
+            concurrency, interleaved with volplane in -rounds rounds. Reports
+            volplane's throughput and p99 as ratios of the baseline's. The
+            volumes belong to a node plugin that needs no controller, so the
+            leader asks no client agent to validate them.
+            Targets: ops/s >= %gx the baseline's with -writers writers; p99
+            <= %gx the baseline's.
+  list      GET /v1/volumes against the leader's HTTP API with each of
+            -list-sizes volumes registered. Targets: p50 < 5ms with 1,000
+            volumes, < 30ms with 10,000.
+
+  Progress goes to stderr; the table (or, with -json, the JSON report) to
+  stdout. The exit code is 0 even when a target is missed, unless -strict.
+
+Options:
+
+  -ops=N             Registrations with -writers writers (default %d).
+  -serial-ops=N      Registrations with one writer (default %d).
+  -writers=N         Concurrent writers (default %d).
+  -rounds=N          Alternating baseline/volplane rounds per level
+                     (default %d).
+  -list-sizes=LIST   Comma-separated volume counts for the list phase
+                     (default %s).
+  -list-requests=N   List requests at each size (default %d).
+  -batch=N           Volumes per register request while filling the state
+                     for the list phase (default %d).
+  -phases=LIST       register, list or both (default register,list).
+  -breakdown         Add a third side to the register rounds, raft+fsm:
+                     raft.Apply of the leader-encoded register entries on
+                     the volplane leader (state machine included, RPC layers
+                     and endpoint left out), to see which part of volplane
+                     costs what.
+  -dir=DIR           Parent of the temporary data dirs (default: the
+                     system's temporary directory). They are removed at
+                     the end.
+  -json              Print the report as JSON.
+  -strict            Exit with 2 when a target is missed.
+  -cpuprofile=FILE   Write a CPU profile of the whole run. Samples carry the
+                     label cluster=volplane or cluster=baseline (pprof
+                     -tagfocus) for the goroutines of each side.
+  -log-level=LEVEL   Log level of the servers and Raft, to stderr (default
+                     error).
+`, bench.TargetThroughputRatio, bench.TargetP99Ratio, d.Ops, d.SerialOps, d.Writers, d.Rounds,
+		joinInts(d.ListSizes), d.ListRequests, d.ListBatch))
+}
+
+func (c *BenchCommand) Run(args []string) int {
+	cfg := bench.DefaultConfig()
+	var (
+		listSizes, phases, cpuProfile, logLevel string
+		asJSON, strict                          bool
+	)
+	f := c.FlagSet("bench", 0)
+	f.IntVar(&cfg.Ops, "ops", cfg.Ops, "")
+	f.IntVar(&cfg.SerialOps, "serial-ops", cfg.SerialOps, "")
+	f.IntVar(&cfg.Writers, "writers", cfg.Writers, "")
+	f.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "")
+	f.StringVar(&listSizes, "list-sizes", joinInts(cfg.ListSizes), "")
+	f.IntVar(&cfg.ListRequests, "list-requests", cfg.ListRequests, "")
+	f.IntVar(&cfg.ListBatch, "batch", cfg.ListBatch, "")
+	f.StringVar(&phases, "phases", strings.Join(cfg.Phases, ","), "")
+	f.BoolVar(&cfg.Breakdown, "breakdown", false, "")
+	f.StringVar(&cfg.Dir, "dir", "", "")
+	f.BoolVar(&asJSON, "json", false, "")
+	f.BoolVar(&strict, "strict", false, "")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "")
+	f.StringVar(&logLevel, "log-level", "error", "")
+	if ok, code := c.Parse(c, f, args); !ok {
+		return code
+	}
+	if f.NArg() > 0 {
+		return c.UsageError(c, "This command takes no arguments")
+	}
+	for name, n := range map[string]int{
+		"ops": cfg.Ops, "serial-ops": cfg.SerialOps, "writers": cfg.Writers, "rounds": cfg.Rounds,
+		"list-requests": cfg.ListRequests, "batch": cfg.ListBatch,
+	} {
+		if n < 1 {
+			return c.UsageError(c, "-%s must be at least 1 (got %d)", name, n)
+		}
+	}
+	var err error
+	if cfg.ListSizes, err = parseInts(listSizes); err != nil {
+		return c.UsageError(c, "-list-sizes: %v", err)
+	}
+	cfg.Phases = strings.Split(phases, ",")
+	level := hclog.LevelFromString(logLevel)
+	if level == hclog.NoLevel {
+		return c.UsageError(c, "-log-level: unknown level %q", logLevel)
+	}
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "bench", Level: level, Output: os.Stderr})
+	cfg.Progress = uiLineWriter{c.Ui}
+
+	if cpuProfile != "" {
+		out, err := os.Create(cpuProfile)
+		if err != nil {
+			c.Ui.Error("Error: " + err.Error())
+			return 1
+		}
+		defer out.Close()
+		if err := pprof.StartCPUProfile(out); err != nil {
+			c.Ui.Error("Error starting the CPU profile: " + err.Error())
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	// An interrupt stops the run, which still shuts its clusters down and
+	// removes their data dirs.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, cfg)
+	if rep != nil && len(rep.Results) > 0 || err == nil {
+		var b strings.Builder
+		if asJSON {
+			rep.WriteJSON(&b)
+		} else {
+			rep.WriteTable(&b)
+		}
+		c.Ui.Output(strings.TrimRight(b.String(), "\n"))
+	}
+	if err != nil {
+		c.Ui.Error("Error: " + err.Error())
+		return 1
+	}
+	if strict && !rep.Pass {
+		return 2
+	}
+	return 0
+}
+
+// uiLineWriter sends progress lines to the UI's error stream, so that
+// standard output holds only the report.
+type uiLineWriter struct{ ui cli.Ui }
+
+func (w uiLineWriter) Write(p []byte) (int, error) {
+	w.ui.Error(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
