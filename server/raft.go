@@ -130,6 +130,7 @@ func (s *Server) setupRaft() error {
 		}
 		s.members.setBootstrapped(true)
 	}
+	s.raftTransport = trans
 	r, err := raft.NewRaft(&conf, s.fsm, logs, stable, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("starting raft: %w", err)

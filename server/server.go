@@ -32,7 +32,10 @@ type Server struct {
 	fsm       *fsm.FSM
 	raft      *raft.Raft
 	raftLayer *rpc.RaftLayer
-	raftStore raftStores
+	// raftTransport's pooled outgoing connections are closed on shutdown;
+	// raft closes only its listener.
+	raftTransport *raft.NetworkTransport
+	raftStore     raftStores
 
 	rpcServer   *netrpc.Server
 	rpcListener net.Listener
@@ -244,6 +247,9 @@ func (s *Server) Shutdown() error {
 			if err := s.raft.Shutdown().Error(); err != nil {
 				errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
 			}
+		}
+		if s.raftTransport != nil {
+			s.raftTransport.CloseStreams()
 		}
 		if s.raftLayer != nil {
 			s.raftLayer.Close()
