@@ -41,8 +41,8 @@ type PoolConfig struct {
 	YamuxConfig *yamux.Config // optional; default yamux.DefaultConfig() with its log sent to Logger
 }
 
-// ConnPool keeps one yamux client session per remote address and makes each
-// call on a fresh stream of it.
+// ConnPool keeps one yamux client session per remote address and makes
+// calls on its streams, keeping up to maxIdleStreams open between calls.
 type ConnPool struct {
 	logger      hclog.Logger
 	dialTimeout time.Duration
@@ -69,6 +69,7 @@ type poolConn struct {
 	// Guarded by ConnPool.mu.
 	active   int       // calls and served streams in flight
 	lastUsed time.Time // when active last dropped to zero, or the dial
+	idle     []*openStream
 }
 
 // NewPool returns a pool and starts its idle reaper.
@@ -132,20 +133,68 @@ func (p *ConnPool) RPC(addr string, method string, args, reply any) error {
 	}
 	defer p.release(c)
 
-	stream, err := c.sess.Open()
-	if err != nil {
-		p.drop(c)
-		return connErr(err)
+	st := p.takeStream(c)
+	if st == nil {
+		stream, err := c.sess.Open()
+		if err != nil {
+			p.drop(c)
+			return connErr(err)
+		}
+		st = &openStream{stream: stream, cc: NewClientCodec(stream)}
 	}
-	err = callOnStream(stream, method, args, reply, callTimeout(p.callTimeout, args))
+	reusable, err := callOnCodec(st.stream, st.cc, method, args, reply, callTimeout(p.callTimeout, args))
+	if reusable {
+		// The stream answered in order: keep it for the next call, which
+		// then costs neither a stream open and close nor new buffers.
+		p.putStream(c, st)
+	} else {
+		st.cc.Close()
+	}
 	if IsConnError(err) && (c.sess.IsClosed() || !isTimeout(err) && !streamScoped(err)) {
 		p.drop(c)
 	}
 	return err
 }
 
-// streamScoped reports whether a transport error concerns one yamux stream
-// only, not the session under it.
+// maxIdleStreams bounds the open streams a session keeps between calls.
+const maxIdleStreams = 64
+
+// openStream is a stream kept open between calls, with its codec.
+type openStream struct {
+	stream net.Conn
+	cc     netrpc.ClientCodec
+}
+
+// takeStream returns an idle stream of c, or nil.
+func (p *ConnPool) takeStream(c *poolConn) *openStream {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(c.idle)
+	if n == 0 {
+		return nil
+	}
+	st := c.idle[n-1]
+	c.idle = c.idle[:n-1]
+	return st
+}
+
+// putStream keeps a stream that just completed a call for a later one.
+func (p *ConnPool) putStream(c *poolConn, st *openStream) {
+	if err := st.stream.SetDeadline(time.Time{}); err != nil {
+		st.cc.Close()
+		return
+	}
+	p.mu.Lock()
+	if len(c.idle) < maxIdleStreams && !p.closed && !c.sess.IsClosed() {
+		c.idle = append(c.idle, st)
+		st = nil
+	}
+	p.mu.Unlock()
+	if st != nil {
+		st.cc.Close()
+	}
+}
+
 func streamScoped(err error) bool {
 	return errors.Is(err, yamux.ErrConnectionReset) || errors.Is(err, yamux.ErrStreamClosed)
 }
@@ -170,15 +219,22 @@ func CallOnSession(sess *yamux.Session, method string, args, reply any, timeout 
 // never comes: reading concurrently lets the caller get the too-large answer
 // and close the stream, which releases the writer.
 func callOnStream(stream net.Conn, method string, args, reply any, timeout time.Duration) error {
+	cc := NewClientCodec(stream)
+	defer cc.Close()
+	_, err := callOnCodec(stream, cc, method, args, reply, timeout)
+	return err
+}
+
+// callOnCodec makes one call on a stream's codec. It reports whether the
+// stream can carry another call: only when the request went out whole and
+// the answer came back in order. Otherwise the stream is closed.
+func callOnCodec(stream net.Conn, cc netrpc.ClientCodec, method string, args, reply any, timeout time.Duration) (bool, error) {
 	if timeout > 0 {
 		if err := stream.SetDeadline(time.Now().Add(timeout)); err != nil {
 			stream.Close()
-			return connErr(err)
+			return false, connErr(err)
 		}
 	}
-	cc := NewClientCodec(stream)
-	defer cc.Close()
-
 	req := netrpc.Request{ServiceMethod: method, Seq: callSeq.Add(1)}
 	wrote := make(chan error, 1)
 	go func() {
@@ -191,9 +247,10 @@ func callOnStream(stream net.Conn, method string, args, reply any, timeout time.
 		wrote <- err
 	}()
 	err := readResponse(cc, &req, reply)
-	if err != nil {
+	if err != nil && (IsConnError(err) || structs.CodeOf(err) == structs.ErrCodeTooLarge) {
 		// The stream (not the codec, whose Close is not safe against a
-		// concurrent write) is closed to release a writer still waiting.
+		// concurrent write) is closed to release a writer still waiting:
+		// a server refuses an oversized request before reading it all.
 		stream.Close()
 	}
 	werr := <-wrote
@@ -201,12 +258,12 @@ func callOnStream(stream net.Conn, method string, args, reply any, timeout time.
 	case err != nil && !IsConnError(err):
 		// The server answered (too large, say) before reading all of
 		// the request; the writer then failed on the closed stream.
-		return err
+		return werr == nil && structs.CodeOf(err) != structs.ErrCodeTooLarge, err
 	case werr != nil:
 		// The write's failure is the cause of the reader's.
-		return werr
+		return false, werr
 	}
-	return err
+	return err == nil, err
 }
 
 var queryOptionsType = reflect.TypeFor[structs.QueryOptions]()

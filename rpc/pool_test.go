@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"net"
 	netrpc "net/rpc"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/yamux"
 	"github.com/shoenig/test/must"
 	"github.com/volplane/volplane/structs"
@@ -278,4 +280,29 @@ func TestPool_UnencodableArgs(t *testing.T) {
 	must.False(t, IsConnError(err), must.Sprintf("%v", err))
 	must.NoError(t, p.RPC(ts.addr, "Test.Echo", &EchoArgs{Msg: "ok"}, &reply))
 	must.True(t, sess == p.session(ts.addr), must.Sprint("the session was replaced"))
+}
+
+// Sequential calls reuse one stream; a call that fails with a typed error
+// keeps it, a too-large one does not.
+func TestPool_ReusesStreams(t *testing.T) {
+	ts := startServer(t, serverOpts{maxRequest: 1024})
+	pool := NewPool(PoolConfig{Logger: hclog.NewNullLogger()})
+	t.Cleanup(func() { pool.Close() })
+
+	for i := 0; i < 5; i++ {
+		var reply EchoReply
+		must.NoError(t, pool.RPC(ts.addr, "Test.Echo", &EchoArgs{Msg: "hi"}, &reply))
+	}
+	err := pool.RPC(ts.addr, "Test.NotFound", &EchoArgs{Msg: "x"}, &EchoReply{})
+	must.Eq(t, structs.ErrCodeNotFound, structs.CodeOf(err))
+	must.NoError(t, pool.RPC(ts.addr, "Test.Echo", &EchoArgs{Msg: "again"}, &EchoReply{}))
+
+	sess := <-ts.sessions
+	must.Eq(t, 1, sess.NumStreams(), must.Sprint("one stream carried every call"))
+
+	err = pool.RPC(ts.addr, "Test.Echo", &EchoArgs{Msg: strings.Repeat("x", 4096)}, &EchoReply{})
+	must.Eq(t, structs.ErrCodeTooLarge, structs.CodeOf(err))
+	var reply EchoReply
+	must.NoError(t, pool.RPC(ts.addr, "Test.Echo", &EchoArgs{Msg: "after"}, &reply))
+	must.Eq(t, "after", reply.Msg)
 }
