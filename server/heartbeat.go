@@ -19,8 +19,13 @@ type heartbeats struct {
 	last map[string]time.Time
 }
 
+// newHeartbeats returns the tracker of a server that is not leader yet: its
+// clocks are armed by start. A heartbeat served before then (raft has made
+// this server leader, start waits for the barrier) must not arm a timer of
+// its own, which start would orphan and which would later mark the node
+// down however often it heartbeats.
 func newHeartbeats(s *Server) *heartbeats {
-	return &heartbeats{srv: s, timers: map[string]*time.Timer{}, last: map[string]time.Time{}}
+	return &heartbeats{srv: s, last: map[string]time.Time{}}
 }
 
 // lastHeartbeat returns when the node was last heard from, if this server
@@ -57,6 +62,9 @@ func (h *heartbeats) reset(nodeID string) {
 // server becomes leader.
 func (h *heartbeats) start() {
 	h.mu.Lock()
+	for _, t := range h.timers {
+		t.Stop()
+	}
 	h.timers = map[string]*time.Timer{}
 	h.last = map[string]time.Time{}
 	h.mu.Unlock()

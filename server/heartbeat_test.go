@@ -74,3 +74,31 @@ func TestHeartbeat_NewLeaderRestartsClocks(t *testing.T) {
 		return err == nil && n.Status == structs.NodeStatusDown, err
 	})
 }
+
+// A server that becomes leader for the first time serves writes, heartbeats
+// among them, as soon as raft elects it, before start runs after the
+// barrier. Such a heartbeat must not arm a timer that start leaves behind
+// and that later marks the live node down.
+func TestHeartbeat_ServedBeforeLeadershipEstablished(t *testing.T) {
+	s := TestServer(t, func(c *Config) {
+		c.HeartbeatTTL = 300 * time.Millisecond
+		c.NodeGracePeriod = 300 * time.Millisecond
+	})
+	WaitForLeader(t, s)
+	node := registerNode(t, s, "dev")
+
+	h := newHeartbeats(s) // as on a server that was never leader
+	h.reset(node.ID)      // served between the election and the barrier
+	h.start()
+	defer h.stop()
+	start := time.Now()
+	for time.Since(start) < 4*h.deadline() {
+		// Steady heartbeats, seen by both trackers.
+		h.reset(node.ID)
+		s.heartbeats.reset(node.ID)
+		n, err := s.State().NodeByID(nil, node.ID)
+		must.NoError(t, err)
+		must.Eq(t, structs.NodeStatusReady, n.Status, must.Sprintf("a heartbeating node was marked down %s after the leader started", time.Since(start)))
+		time.Sleep(50 * time.Millisecond) // the heartbeat interval itself
+	}
+}
