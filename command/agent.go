@@ -264,6 +264,13 @@ func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, f
 	if a.Server.RaftSnapshotThreshold > 0 {
 		cfg.RaftConfig.SnapshotThreshold = uint64(a.Server.RaftSnapshotThreshold)
 	}
+	// Validated with the file; unset leaves the server's defaults.
+	if d, _ := positiveDuration(a.Server.HeartbeatTTL); d > 0 {
+		cfg.HeartbeatTTL = d
+	}
+	if d, _ := positiveDuration(a.Server.NodeGracePeriod); d > 0 {
+		cfg.NodeGracePeriod = d
+	}
 	if dev {
 		cfg.DevMode = true
 		if cfg.NodeName == "" {

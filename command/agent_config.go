@@ -46,6 +46,11 @@ type ServerBlock struct {
 	// RaftSnapshotThreshold overrides the number of log entries between
 	// snapshots.
 	RaftSnapshotThreshold int `hcl:"raft_snapshot_threshold,optional"`
+	// HeartbeatTTL is how often client nodes must heartbeat, and
+	// NodeGracePeriod how long past that TTL a silent node is marked down
+	// (durations such as "10s"; both default to the server's, 10s).
+	HeartbeatTTL    string `hcl:"heartbeat_ttl,optional"`
+	NodeGracePeriod string `hcl:"node_grace_period,optional"`
 }
 
 // Default ports, as Nomad's.
@@ -133,6 +138,11 @@ func (c *AgentConfig) validate() error {
 				return fmt.Errorf("server.retry_interval %q: %v", s.RetryInterval, err)
 			}
 		}
+		for _, d := range [][2]string{{"heartbeat_ttl", s.HeartbeatTTL}, {"node_grace_period", s.NodeGracePeriod}} {
+			if _, err := positiveDuration(d[1]); err != nil {
+				return fmt.Errorf("server.%s %q: %v", d[0], d[1], err)
+			}
+		}
 	}
 	if err := c.Client.validate(); err != nil {
 		return err
@@ -143,6 +153,23 @@ func (c *AgentConfig) validate() error {
 		return fmt.Errorf("log_level %q is not one of trace, debug, info, warn, error", c.LogLevel)
 	}
 	return nil
+}
+
+// positiveDuration parses a duration setting; "" is 0 (the default), and
+// anything else must be a duration above zero, since a zero or negative
+// heartbeat TTL would mark every node down at once.
+func positiveDuration(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, err
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("must be a positive duration such as \"10s\"")
+	}
+	return d, nil
 }
 
 // withDefaultPort adds the RPC port to an address given without one.

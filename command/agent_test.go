@@ -4,9 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/cli"
 	"github.com/shoenig/test/must"
+
+	"github.com/volplane/volplane/server"
 )
 
 func TestAgentConfig_FileAndFlags(t *testing.T) {
@@ -50,6 +53,35 @@ server {
 	must.Eq(t, []string{"10.0.0.6:4647", "10.0.0.7:5647"}, srv.RetryJoin, must.Sprint("a join address without a port gets the RPC port"))
 }
 
+func TestAgentConfig_HeartbeatTimings(t *testing.T) {
+	c := &AgentCommand{UI: cli.NewMockUi()}
+	file := filepath.Join(t.TempDir(), "server.hcl")
+	must.NoError(t, os.WriteFile(file, []byte(`
+data_dir = "/var/lib/volplane"
+server {
+  enabled           = true
+  bootstrap_expect  = 1
+  heartbeat_ttl     = "2s"
+  node_grace_period = "1500ms"
+}
+`), 0o600))
+	cfg, _, err := c.parse([]string{"-config", file})
+	must.NoError(t, err)
+	srv, _, err := c.serverConfig(cfg, false)
+	must.NoError(t, err)
+	must.Eq(t, 2*time.Second, srv.HeartbeatTTL)
+	must.Eq(t, 1500*time.Millisecond, srv.NodeGracePeriod)
+
+	// Unset, the server's production defaults stay.
+	cfg, _, err = c.parse([]string{"-server", "-bootstrap-expect", "1", "-data-dir", "/var/lib/volplane"})
+	must.NoError(t, err)
+	srv, _, err = c.serverConfig(cfg, false)
+	must.NoError(t, err)
+	def := server.DefaultConfig()
+	must.Eq(t, def.HeartbeatTTL, srv.HeartbeatTTL)
+	must.Eq(t, def.NodeGracePeriod, srv.NodeGracePeriod)
+}
+
 func TestAgentConfig_Errors(t *testing.T) {
 	cases := []struct {
 		name string
@@ -62,6 +94,9 @@ func TestAgentConfig_Errors(t *testing.T) {
 		{"bad bind", `bind_addr = "localhost:1"`, `bind_addr "localhost:1" is not an IP address`},
 		{"bad level", `log_level = "loud"`, `log_level "loud"`},
 		{"syntax", `server {`, `server.hcl:1`},
+		{"bad ttl", `server { heartbeat_ttl = "soon" }`, `server.heartbeat_ttl "soon"`},
+		{"zero ttl", `server { heartbeat_ttl = "0s" }`, `server.heartbeat_ttl "0s": must be a positive duration`},
+		{"negative grace", `server { node_grace_period = "-1s" }`, `server.node_grace_period "-1s": must be a positive duration`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -26,6 +26,12 @@ import (
 	"github.com/volplane/volplane/testutil"
 )
 
+// Process is any agent of a Cluster: a server, a client agent or a CSI
+// plugin. Its name is unique in the cluster and names its log.
+type Process interface {
+	Name() string
+}
+
 // Server is one server agent of a Cluster, as a test addresses it.
 type Server interface {
 	// Name is the agent's node name (-node-name).
@@ -38,33 +44,84 @@ type Server interface {
 	RPCAddr() string
 }
 
-// Cluster is what a test body needs from a cluster of server agents.
+// Plugin is one instance of the development CSI plugin run by a Cluster.
+type Plugin interface {
+	Process
+	// NodeID is the storage system's ID of the plugin's node, which
+	// NodeGetInfo reports.
+	NodeID() string
+	// Endpoint is the plugin's socket, "unix:///path".
+	Endpoint() string
+	// StateDir is the storage system's state directory, shared by the
+	// instances started with it (see devplugin.ReadCallLog).
+	StateDir() string
+}
+
+// PluginConfig describes a development CSI plugin to start.
+type PluginConfig struct {
+	// Name names the process and its log.
+	Name string
+	// NodeID is the plugin's node ID in the storage system (-node-id).
+	NodeID string
+	// StateDir is the storage system's state directory (-state-dir);
+	// instances given the same one share their volumes.
+	StateDir string
+}
+
+// Client is one client agent of a Cluster.
+type Client interface {
+	// Name is the agent's node name (-node-name).
+	Name() string
+	// DataDir is the agent's data dir, kept across restarts.
+	DataDir() string
+}
+
+// ClientConfig describes a client agent to start.
+type ClientConfig struct {
+	// Name is the agent's node name (-node-name) and names its log.
+	Name string
+	// Plugins are the CSI plugins the client drives, by plugin ID
+	// (-csi-plugin ID=ENDPOINT); each's type is what it offers.
+	Plugins map[string]Plugin
+}
+
+// Cluster is what a test body needs from a cluster of server agents, and
+// of the client agents and CSI plugins it adds.
 type Cluster interface {
 	// Servers are every server of the cluster, running or not, in a fixed
 	// order.
 	Servers() []Server
 	// Running are the servers that are up and not paused.
 	Running() []Server
-	// Alive reports whether the server is up (paused counts as up): it has
-	// not exited, on its own or by Kill or Stop.
-	Alive(s Server) bool
+	// Alive reports whether the process is up (paused counts as up): it
+	// has not exited, on its own or by Kill or Stop.
+	Alive(p Process) bool
 
-	// Kill crashes a server (SIGKILL) and waits until it is gone.
-	Kill(t testing.TB, s Server)
-	// Stop shuts a server down gracefully (SIGTERM) and returns how it
+	// StartPlugin starts a development CSI plugin and waits until its
+	// socket accepts connections.
+	StartPlugin(t testing.TB, cfg PluginConfig) Plugin
+	// StartClient starts a client agent that registers with every server
+	// of the cluster, with a data dir of its own. It returns once the agent
+	// has started, not once its node is registered.
+	StartClient(t testing.TB, cfg ClientConfig) Client
+
+	// Kill crashes a process (SIGKILL) and waits until it is gone.
+	Kill(t testing.TB, p Process)
+	// Stop shuts a process down gracefully (SIGTERM) and returns how it
 	// exited: nil for a clean exit.
-	Stop(t testing.TB, s Server) error
-	// Pause freezes a server (SIGSTOP); Resume thaws it (SIGCONT).
-	Pause(t testing.TB, s Server)
-	Resume(t testing.TB, s Server)
-	// Restart starts a killed or stopped server again with the same
-	// arguments and data dir, and waits until its HTTP API answers.
-	Restart(t testing.TB, s Server)
+	Stop(t testing.TB, p Process) error
+	// Pause freezes a process (SIGSTOP); Resume thaws it (SIGCONT).
+	Pause(t testing.TB, p Process)
+	Resume(t testing.TB, p Process)
+	// Restart starts a killed or stopped process again with the same
+	// arguments and data dir, and waits until it serves as its Start did
+	// (a server: until its HTTP API answers).
+	Restart(t testing.TB, p Process)
 
 	// CLI runs `volplane <command> -address=<s's HTTP address> <args...>`;
 	// command is the command's words, such as "volume status".
 	CLI(t testing.TB, s Server, command string, args ...string) CLIResult
-	// Logs returns everything each server has logged so far, by name.
+	// Logs returns everything each process has logged so far, by name.
 	Logs(t testing.TB) map[string]string
 }
 

@@ -47,25 +47,38 @@ type ProcessConfig struct {
 	// Servers is the number of server agents; each is started with
 	// -bootstrap-expect Servers and -retry-join naming every server.
 	Servers int
-	// ExtraArgs are appended to every agent's command line.
+	// ServerConfig, when set, is an agent configuration file (HCL) every
+	// server is started with (-config); flags override it. Tests use it for
+	// the settings that have no flag, such as the heartbeat TTL.
+	ServerConfig string
+	// ExtraArgs are appended to every server's command line.
 	ExtraArgs []string
 }
 
-// ProcessCluster is a Cluster of `volplane agent -server` processes.
+// ProcessCluster is a Cluster of `volplane agent -server` processes, and
+// the client agents and CSI plugins a test adds to it.
 type ProcessCluster struct {
-	bin     string
+	bin string
+	// dir holds the data dirs and logs of every process.
+	dir     string
 	servers []*procServer
+	clients []*procClient
+	plugins []*procPlugin
+	// extraDirs are directories outside dir to remove at the end.
+	extraDirs []string
 }
 
 var _ Cluster = (*ProcessCluster)(nil)
 
-// procServer is one agent process, across its restarts.
-type procServer struct {
-	name     string
-	httpAddr string
-	rpcAddr  string
-	args     []string
-	logPath  string
+// process is one process of the cluster (a server, a client agent or a CSI
+// plugin), across its restarts.
+type process struct {
+	name    string
+	args    []string
+	logPath string
+	// ready waits after each start until the process serves, failing the
+	// test if it exits meanwhile.
+	ready func(t testing.TB)
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -78,7 +91,18 @@ type procServer struct {
 	starts    int
 }
 
-func (s *procServer) Name() string     { return s.name }
+func (p *process) Name() string { return p.name }
+
+// proc lets the harness find the process behind a Process of any kind.
+func (p *process) proc() *process { return p }
+
+// procServer is one server agent.
+type procServer struct {
+	*process
+	httpAddr string
+	rpcAddr  string
+}
+
 func (s *procServer) HTTPAddr() string { return s.httpAddr }
 func (s *procServer) RPCAddr() string  { return s.rpcAddr }
 
@@ -103,7 +127,15 @@ func NewProcessCluster(t testing.TB, cfg ProcessConfig) *ProcessCluster {
 	}
 	dir := t.TempDir()
 	ports := freePorts(t, 2*cfg.Servers)
-	c := &ProcessCluster{bin: volplaneBin}
+	c := &ProcessCluster{bin: volplaneBin, dir: dir}
+	var configArgs []string
+	if cfg.ServerConfig != "" {
+		path := filepath.Join(dir, "server.hcl")
+		if err := os.WriteFile(path, []byte(cfg.ServerConfig), 0o644); err != nil {
+			t.Fatalf("e2e: writing the servers' config file: %v", err)
+		}
+		configArgs = []string{"-config", path}
+	}
 	var join []string
 	for i := range cfg.Servers {
 		join = append(join, "-retry-join", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i+1])))
@@ -123,22 +155,27 @@ func NewProcessCluster(t testing.TB, cfg ProcessConfig) *ProcessCluster {
 			"-log-level", "debug",
 		}
 		args = append(args, join...)
+		args = append(args, configArgs...)
 		args = append(args, cfg.ExtraArgs...)
-		c.servers = append(c.servers, &procServer{
-			name:     name,
+		s := &procServer{
+			process: &process{
+				name:    name,
+				args:    args,
+				logPath: filepath.Join(dir, name+".log"),
+			},
 			httpAddr: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)),
 			rpcAddr:  net.JoinHostPort("127.0.0.1", strconv.Itoa(rpcPort)),
-			args:     args,
-			logPath:  filepath.Join(dir, name+".log"),
-		})
+		}
+		s.ready = func(t testing.TB) { c.waitHTTP(t, s) }
+		c.servers = append(c.servers, s)
 	}
 	// Registered after t.TempDir, so it runs before the logs are removed.
 	t.Cleanup(func() { c.cleanup(t) })
 	for _, s := range c.servers {
-		c.start(t, s)
+		c.start(t, s.process)
 	}
 	for _, s := range c.servers {
-		c.waitHTTP(t, s)
+		s.ready(t)
 	}
 	return c
 }
@@ -181,7 +218,7 @@ func (c *ProcessCluster) Running() []Server {
 		s.mu.Lock()
 		paused := s.paused
 		s.mu.Unlock()
-		if !paused && c.Alive(s) {
+		if !paused && s.alive() {
 			out = append(out, s)
 		}
 	}
@@ -189,8 +226,36 @@ func (c *ProcessCluster) Running() []Server {
 }
 
 // Alive implements Cluster.
-func (c *ProcessCluster) Alive(srv Server) bool {
-	s := srv.(*procServer)
+func (c *ProcessCluster) Alive(p Process) bool {
+	return procOf(p).alive()
+}
+
+// procOf returns the process behind p, which must be one of a
+// ProcessCluster's.
+func procOf(p Process) *process {
+	if pp, ok := p.(interface{ proc() *process }); ok {
+		return pp.proc()
+	}
+	panic(fmt.Sprintf("e2e: %T (%s) is not a process of a ProcessCluster", p, p.Name()))
+}
+
+// all returns every process of the cluster: the clients first, then the
+// plugins they use, then the servers.
+func (c *ProcessCluster) all() []*process {
+	var out []*process
+	for _, cl := range c.clients {
+		out = append(out, cl.process)
+	}
+	for _, p := range c.plugins {
+		out = append(out, p.process)
+	}
+	for _, s := range c.servers {
+		out = append(out, s.process)
+	}
+	return out
+}
+
+func (s *process) alive() bool {
 	s.mu.Lock()
 	done := s.done
 	s.mu.Unlock()
@@ -205,8 +270,19 @@ func (c *ProcessCluster) Alive(srv Server) bool {
 	}
 }
 
+// exitError is how the last run of s ended (nil while it runs).
+func (s *process) exitError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exitErr
+}
+
+// startMarker begins the line the harness writes to a process's log before
+// each start.
+const startMarker = "==== e2e: start "
+
 // start launches s's process with its output appended to its log file.
-func (c *ProcessCluster) start(t testing.TB, s *procServer) {
+func (c *ProcessCluster) start(t testing.TB, s *process) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -224,8 +300,8 @@ func (c *ProcessCluster) start(t testing.TB, s *procServer) {
 	// The child gets its own descriptor; ours is not needed after Start.
 	defer logFile.Close()
 	s.starts++
-	fmt.Fprintf(logFile, "==== e2e: start %d of %s at %s: volplane %s\n",
-		s.starts, s.name, time.Now().Format(time.RFC3339Nano), strings.Join(s.args, " "))
+	fmt.Fprintf(logFile, "%s%d of %s at %s: volplane %s\n",
+		startMarker, s.starts, s.name, time.Now().Format(time.RFC3339Nano), strings.Join(s.args, " "))
 	cmd := exec.Command(c.bin, s.args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = cliEnv()
@@ -249,11 +325,8 @@ func (c *ProcessCluster) start(t testing.TB, s *procServer) {
 func (c *ProcessCluster) waitHTTP(t testing.TB, s *procServer) {
 	t.Helper()
 	testutil.WaitForResult(t, startTimeout, func() (bool, error) {
-		if !c.Alive(s) {
-			s.mu.Lock()
-			err := s.exitErr
-			s.mu.Unlock()
-			t.Fatalf("e2e: %s exited while starting: %v", s.name, err)
+		if !s.alive() {
+			t.Fatalf("e2e: %s exited while starting: %v", s.name, s.exitError())
 		}
 		var leader string
 		if err := getJSON(s.httpAddr+"/v1/status/leader?stale", &leader); err != nil {
@@ -265,9 +338,9 @@ func (c *ProcessCluster) waitHTTP(t testing.TB, s *procServer) {
 
 // signal sends sig to s's running process; exiting marks the exit as the
 // harness's doing.
-func (c *ProcessCluster) signal(t testing.TB, s *procServer, sig syscall.Signal, exiting bool) <-chan struct{} {
+func (c *ProcessCluster) signal(t testing.TB, s *process, sig syscall.Signal, exiting bool) <-chan struct{} {
 	t.Helper()
-	if !c.Alive(s) {
+	if !s.alive() {
 		t.Fatalf("e2e: %s is not running", s.name)
 	}
 	s.mu.Lock()
@@ -282,18 +355,18 @@ func (c *ProcessCluster) signal(t testing.TB, s *procServer, sig syscall.Signal,
 }
 
 // Kill implements Cluster.
-func (c *ProcessCluster) Kill(t testing.TB, srv Server) {
+func (c *ProcessCluster) Kill(t testing.TB, p Process) {
 	t.Helper()
-	s := srv.(*procServer)
+	s := procOf(p)
 	done := c.signal(t, s, syscall.SIGKILL, true)
 	c.waitExit(t, s, done)
 	t.Logf("e2e: killed %s", s.name)
 }
 
 // Stop implements Cluster.
-func (c *ProcessCluster) Stop(t testing.TB, srv Server) error {
+func (c *ProcessCluster) Stop(t testing.TB, p Process) error {
 	t.Helper()
-	s := srv.(*procServer)
+	s := procOf(p)
 	s.mu.Lock()
 	paused := s.paused
 	s.mu.Unlock()
@@ -310,7 +383,7 @@ func (c *ProcessCluster) Stop(t testing.TB, srv Server) error {
 	return s.exitErr
 }
 
-func (c *ProcessCluster) waitExit(t testing.TB, s *procServer, done <-chan struct{}) {
+func (c *ProcessCluster) waitExit(t testing.TB, s *process, done <-chan struct{}) {
 	t.Helper()
 	select {
 	case <-done:
@@ -323,9 +396,9 @@ func (c *ProcessCluster) waitExit(t testing.TB, s *procServer, done <-chan struc
 }
 
 // Pause implements Cluster.
-func (c *ProcessCluster) Pause(t testing.TB, srv Server) {
+func (c *ProcessCluster) Pause(t testing.TB, p Process) {
 	t.Helper()
-	s := srv.(*procServer)
+	s := procOf(p)
 	c.signal(t, s, syscall.SIGSTOP, false)
 	s.mu.Lock()
 	s.paused = true
@@ -334,9 +407,9 @@ func (c *ProcessCluster) Pause(t testing.TB, srv Server) {
 }
 
 // Resume implements Cluster.
-func (c *ProcessCluster) Resume(t testing.TB, srv Server) {
+func (c *ProcessCluster) Resume(t testing.TB, p Process) {
 	t.Helper()
-	s := srv.(*procServer)
+	s := procOf(p)
 	c.signal(t, s, syscall.SIGCONT, false)
 	s.mu.Lock()
 	s.paused = false
@@ -345,11 +418,13 @@ func (c *ProcessCluster) Resume(t testing.TB, srv Server) {
 }
 
 // Restart implements Cluster.
-func (c *ProcessCluster) Restart(t testing.TB, srv Server) {
+func (c *ProcessCluster) Restart(t testing.TB, p Process) {
 	t.Helper()
-	s := srv.(*procServer)
+	s := procOf(p)
 	c.start(t, s)
-	c.waitHTTP(t, s)
+	if s.ready != nil {
+		s.ready(t)
+	}
 	t.Logf("e2e: restarted %s", s.name)
 }
 
@@ -394,7 +469,7 @@ func cliEnv() []string {
 // cleanup kills every process still running, reports any that exited
 // without the harness asking, and on failure shows each agent's log.
 func (c *ProcessCluster) cleanup(t testing.TB) {
-	for _, s := range c.servers {
+	for _, s := range c.all() {
 		s.mu.Lock()
 		cmd, done, signalled := s.cmd, s.done, s.signalled
 		s.mu.Unlock()
@@ -420,10 +495,13 @@ func (c *ProcessCluster) cleanup(t testing.TB) {
 			t.Errorf("e2e: %s (pid %d) did not die after SIGKILL", s.name, cmd.Process.Pid)
 		}
 	}
+	for _, dir := range c.extraDirs {
+		os.RemoveAll(dir)
+	}
 	if !t.Failed() {
 		return
 	}
-	for _, s := range c.servers {
+	for _, s := range c.all() {
 		tail, err := logTail(s.logPath, logTailLines)
 		if err != nil {
 			t.Logf("e2e: reading the log of %s: %v", s.name, err)
@@ -459,7 +537,7 @@ func logTail(path string, n int) (string, error) {
 func (c *ProcessCluster) Logs(t testing.TB) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for _, s := range c.servers {
+	for _, s := range c.all() {
 		b, err := os.ReadFile(s.logPath)
 		if err != nil {
 			t.Fatalf("e2e: reading the log of %s: %v", s.name, err)
