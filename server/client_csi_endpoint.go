@@ -83,8 +83,9 @@ func (s *Server) controllerRPC(method, pluginID string, target *structs.ClientCS
 	}
 	// A server that received a forwarded call with its node chosen only
 	// tries that node, over its own session.
+	// The server that forwarded it names the call in its error.
 	if w.IsForwarded() && target.NodeID != "" {
-		return structs.Wrap(s.clientRPC.CallNode(target.NodeID, method, args, reply, true), "%s", what)
+		return s.clientRPC.CallNode(target.NodeID, method, args, reply, true)
 	}
 	candidates, err := s.controllerCandidates(pluginID)
 	if err != nil {

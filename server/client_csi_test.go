@@ -3,6 +3,7 @@ package server
 import (
 	"net"
 	netrpc "net/rpc"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -91,12 +92,24 @@ func TestClientCSI_CallReachesAgentThroughAnotherServer(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, node.ID, resp.PublishContext["served-by"])
 
+	// An error comes back through both servers named once.
+	ep.fail = structs.ErrCodeInvalid
+	err = caller.RPC("ClientCSI.ControllerAttachVolume", &structs.ClientCSIControllerAttachVolumeRequest{
+		PluginID: "dev", VolumeID: "ext-1", ClientCSINodeID: "ext-node",
+	}, &resp)
+	must.Eq(t, structs.ErrCodeInvalid, structs.CodeOf(err))
+	must.Eq(t, 1, strings.Count(err.Error(), "controller attach volume"), must.Sprint(err.Error()))
+	ep.mu.Lock()
+	ep.fail = ""
+	ep.calls = nil
+	ep.mu.Unlock()
+
 	// A node call, made on the leader, reaches the same agent.
 	err = leader.RPC("ClientCSI.NodeDetachVolume", &structs.ClientCSINodeDetachVolumeRequest{
 		PluginID: "dev", VolumeID: "vol-1", AllocID: "a1", ClientCSITarget: structs.ClientCSITarget{NodeID: node.ID},
 	}, &structs.ClientCSIEmptyResponse{})
 	must.NoError(t, err)
-	must.Eq(t, 2, ep.count())
+	must.Eq(t, 1, ep.count())
 }
 
 func TestClientCSI_NoPathAndControllerOrder(t *testing.T) {
