@@ -84,6 +84,15 @@ func populate(t *testing.T, f *FSM) {
 	mustApply(t, f, 17, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
 		VolumeID: "v2", Claim: release, Timestamp: 3003, WriteRequest: prod,
 	})
+	job := &structs.Job{ID: "j1", Namespace: ns, Name: "j1", Type: structs.JobTypeService,
+		TaskGroups: []*structs.TaskGroup{{Name: "g", Count: 1, Volumes: map[string]*structs.VolumeRequest{
+			"data": {Name: "data", Type: "csi", Source: "v1", PerAlloc: true,
+				AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem},
+		}, Tasks: []*structs.Task{{Name: "t", Driver: "exec", Config: structs.TaskConfig{Command: "/bin/true"}}}}}}
+	mustApply(t, f, 18, structs.JobRegisterRequestType, &structs.JobRegisterRequest{Job: job, Timestamp: 4000})
+	mustApply(t, f, 19, structs.PlanApplyRequestType, &structs.PlanApplyRequest{Namespace: ns, JobID: "j1", JobModifyIndex: 18,
+		Placement: map[string]*structs.GroupPlacement{"g": {Desired: 1, Blocked: []string{`volume "v1[0]" does not exist`}}},
+		Timestamp: 4001})
 }
 
 // dump lists every row of every table, as stored.
@@ -104,6 +113,8 @@ func dump(t *testing.T, st *state.StateStore) map[string][]any {
 	collect(state.TableCSIVolumes, iter, err)
 	iter, err = st.Allocs(nil)
 	collect(state.TableAllocs, iter, err)
+	iter, err = st.Jobs(nil)
+	collect(state.TableJobs, iter, err)
 	iter, err = st.Indexes()
 	collect(state.TableIndex, iter, err)
 	return out
@@ -122,7 +133,8 @@ func TestSnapshot_RoundTrip(t *testing.T) {
 	must.Len(t, 2, want[state.TableCSIPlugins])
 	must.Len(t, 2, want[state.TableCSIVolumes])
 	must.Len(t, 3, want[state.TableAllocs])
-	must.Len(t, 4, want[state.TableIndex])
+	must.Len(t, 1, want[state.TableJobs])
+	must.Len(t, 5, want[state.TableIndex])
 	must.Eq(t, want, got)
 
 	// Reads that derive fields agree too, and claims came through whole.
@@ -140,10 +152,14 @@ func TestSnapshot_RoundTrip(t *testing.T) {
 	must.Eq(t, structs.CSISecrets{"token": "s3cret"}, v2.Secrets)
 	latest, err := dst.State().LatestIndex()
 	must.NoError(t, err)
-	must.Eq(t, uint64(17), latest)
+	must.Eq(t, uint64(19), latest)
+	j, err := dst.State().JobByID(nil, ns, "j1")
+	must.NoError(t, err)
+	must.Eq(t, []string{`volume "v1[0]" does not exist`}, j.Placement["g"].Blocked)
+	must.True(t, j.TaskGroups[0].Volumes["data"].PerAlloc)
 
 	// The restored FSM keeps applying where the source left off.
-	mustApply(t, dst, 18, structs.NodeDeregisterRequestType, &structs.NodeDeregisterRequest{NodeIDs: []string{"n1"}})
+	mustApply(t, dst, 20, structs.NodeDeregisterRequestType, &structs.NodeDeregisterRequest{NodeIDs: []string{"n1"}})
 }
 
 func TestSnapshot_PointInTime(t *testing.T) {

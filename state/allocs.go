@@ -37,9 +37,23 @@ func allocsTableSchema() *memdb.TableSchema {
 func (s *StateStore) UpsertAllocs(index uint64, allocs []*structs.Allocation) error {
 	txn := s.writeTxn()
 	defer txn.Abort()
+	jobs := map[[2]string]bool{}
 	for _, a := range allocs {
 		if err := upsertAllocTxn(txn, index, a); err != nil {
 			return err
+		}
+		jobs[[2]string{a.Namespace, a.JobID}] = true
+	}
+	// A job's status follows its allocations'.
+	for key := range jobs {
+		job, err := jobByIDTxn(txn, nil, key[0], key[1])
+		if err != nil {
+			return err
+		}
+		if job != nil {
+			if err := refreshJobTxn(txn, index, job, nil); err != nil {
+				return err
+			}
 		}
 	}
 	return commit(txn, index)

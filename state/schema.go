@@ -17,6 +17,7 @@ const (
 	TableCSIVolumes = "csi_volumes"
 	TableCSIPlugins = "csi_plugins"
 	TableAllocs     = "allocs"
+	TableJobs       = "jobs"
 	TableIndex      = "index"
 )
 
@@ -38,6 +39,7 @@ var schemaFuncs = []func() *memdb.TableSchema{
 	csiVolumesTableSchema,
 	csiPluginsTableSchema,
 	allocsTableSchema,
+	jobsTableSchema,
 }
 
 // schema returns the memdb schema of the whole store.
@@ -56,7 +58,7 @@ func schema() *memdb.DBSchema {
 // Tables returns the names of every table whose changes are tracked in the
 // index table, for callers that wait on "anything".
 func Tables() []string {
-	return []string{TableNodes, TableCSIVolumes, TableCSIPlugins, TableAllocs}
+	return []string{TableNodes, TableCSIVolumes, TableCSIPlugins, TableAllocs, TableJobs}
 }
 
 // IndexEntry is one row of the index table: the Raft index of the last change

@@ -26,9 +26,13 @@ type Allocation struct {
 	TaskGroup string
 	NodeID    string
 
-	DesiredStatus     string
-	ClientStatus      string
-	ClientDescription string
+	// JobVersion is the version of the job the allocation runs.
+	JobVersion uint64
+
+	DesiredStatus      string
+	DesiredDescription string
+	ClientStatus       string
+	ClientDescription  string
 
 	CreateIndex uint64
 	ModifyIndex uint64

@@ -22,6 +22,9 @@ const (
 	CSIVolumeDeregisterRequestType MessageType = 4
 	CSIVolumeClaimRequestType      MessageType = 5
 	AllocUpsertRequestType         MessageType = 6
+	JobRegisterRequestType         MessageType = 7
+	JobDeregisterRequestType       MessageType = 8
+	PlanApplyRequestType           MessageType = 9
 )
 
 // IgnoreUnknownTypeFlag may be set on a message type by a newer server for an
@@ -37,6 +40,9 @@ var messageTypeNames = map[MessageType]string{
 	CSIVolumeDeregisterRequestType: "CSIVolumeDeregister",
 	CSIVolumeClaimRequestType:      "CSIVolumeClaim",
 	AllocUpsertRequestType:         "AllocUpsert",
+	JobRegisterRequestType:         "JobRegister",
+	JobDeregisterRequestType:       "JobDeregister",
+	PlanApplyRequestType:           "PlanApply",
 }
 
 // MessageTypes returns every defined message type, for tests that check each
@@ -66,6 +72,7 @@ const (
 	CSIVolumeSnapshot SnapshotType = 2
 	CSIPluginSnapshot SnapshotType = 3
 	AllocSnapshot     SnapshotType = 4
+	JobSnapshot       SnapshotType = 5
 )
 
 var snapshotTypeNames = map[SnapshotType]string{
@@ -74,6 +81,7 @@ var snapshotTypeNames = map[SnapshotType]string{
 	CSIVolumeSnapshot: "CSIVolume",
 	CSIPluginSnapshot: "CSIPlugin",
 	AllocSnapshot:     "Alloc",
+	JobSnapshot:       "Job",
 }
 
 // SnapshotTypes returns every defined snapshot record type.

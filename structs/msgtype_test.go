@@ -33,6 +33,9 @@ func TestMessageTypes_Named(t *testing.T) {
 		"CSIVolumeDeregister": 4,
 		"CSIVolumeClaim":      5,
 		"AllocUpsert":         6,
+		"JobRegister":         7,
+		"JobDeregister":       8,
+		"PlanApply":           9,
 	}, seen)
 }
 
@@ -48,7 +51,7 @@ func TestSnapshotTypes_Named(t *testing.T) {
 	}
 	must.Eq(t, "SnapshotType(77)", SnapshotType(77).String())
 	must.Eq(t, map[string]SnapshotType{
-		"Index": 0, "Node": 1, "CSIVolume": 2, "CSIPlugin": 3, "Alloc": 4,
+		"Index": 0, "Node": 1, "CSIVolume": 2, "CSIPlugin": 3, "Alloc": 4, "Job": 5,
 	}, seen)
 }
 

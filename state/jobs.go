@@ -1,0 +1,243 @@
+package state
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/volplane/volplane/structs"
+)
+
+func jobsTableSchema() *memdb.TableSchema {
+	return &memdb.TableSchema{
+		Name: TableJobs,
+		Indexes: map[string]*memdb.IndexSchema{
+			// Job IDs are unique per namespace.
+			indexID: {
+				Name:   indexID,
+				Unique: true,
+				Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+					&memdb.StringFieldIndex{Field: "Namespace"},
+					&memdb.StringFieldIndex{Field: "ID"},
+				}},
+			},
+		},
+	}
+}
+
+// UpsertJob registers a job or a new version of it. Each registration that
+// changes the job's specification bumps its Version and JobModifyIndex; the
+// placement explanation and the stop flag of a stopped job re-registered are
+// reset, so the placer looks at it afresh.
+func (s *StateStore) UpsertJob(index uint64, now int64, job *structs.Job) error {
+	txn := s.writeTxn()
+	defer txn.Abort()
+	if err := upsertJobTxn(txn, index, now, job); err != nil {
+		return err
+	}
+	return commit(txn, index)
+}
+
+func upsertJobTxn(txn *memdb.Txn, index uint64, now int64, job *structs.Job) error {
+	if job == nil || job.ID == "" || job.Namespace == "" {
+		return structs.ErrInvalid("job upsert: missing job, job ID or namespace")
+	}
+	existing, err := jobByIDTxn(txn, nil, job.Namespace, job.ID)
+	if err != nil {
+		return err
+	}
+	j := job.Copy()
+	j.Placement, j.Stop = nil, false
+	j.ModifyIndex, j.JobModifyIndex = index, index
+	j.SubmitTime = now
+	if existing == nil {
+		j.CreateIndex, j.Version = index, 0
+		j.Status = structs.JobStatusPending
+		return insertJobTxn(txn, j)
+	}
+	if !existing.Stop && reflect.DeepEqual(existing.TaskGroups, j.TaskGroups) &&
+		existing.Type == j.Type && existing.Name == j.Name {
+		// The same specification again: nothing to do.
+		return nil
+	}
+	j.CreateIndex = existing.CreateIndex
+	j.Version = existing.Version + 1
+	j.Status = existing.Status
+	if j.Status == structs.JobStatusDead {
+		j.Status = structs.JobStatusPending
+	}
+	return insertJobTxn(txn, j)
+}
+
+// DeregisterJob stops a job: its allocations get the stop desired status in
+// the same write. With purge the job is removed as well.
+func (s *StateStore) DeregisterJob(index uint64, now int64, namespace, id string, purge bool) error {
+	txn := s.writeTxn()
+	defer txn.Abort()
+	job, err := jobByIDTxn(txn, nil, namespace, id)
+	if err != nil {
+		return err
+	}
+	if job == nil {
+		return structs.ErrNotFound("job %q not found", id)
+	}
+	allocs, err := collectAllocs(txn, nil, indexJob, namespace, id)
+	if err != nil {
+		return err
+	}
+	why := "job stopped"
+	if purge {
+		why = "job purged"
+	}
+	for _, a := range allocs {
+		if a.ServerTerminal() {
+			continue
+		}
+		c := a.Copy()
+		c.DesiredStatus = structs.AllocDesiredStatusStop
+		c.DesiredDescription = why
+		c.ModifyTime = now
+		if err := upsertAllocTxn(txn, index, c); err != nil {
+			return err
+		}
+	}
+	if purge {
+		if err := txn.Delete(TableJobs, job); err != nil {
+			return fmt.Errorf("state: deleting job %q: %w", id, err)
+		}
+		return commit(txn, index)
+	}
+	if !job.Stop {
+		j := job.Copy()
+		j.Stop = true
+		j.Status = jobStatus(j, allocs, true)
+		j.ModifyIndex = index
+		if err := insertJobTxn(txn, j); err != nil {
+			return err
+		}
+	}
+	return commit(txn, index)
+}
+
+// ApplyPlan writes what the placer decided for a job: new and changed
+// allocations and the job's placement explanation. A plan computed for an
+// older version of the job, or for a job gone since, is refused, so a slow
+// placer never undoes a newer registration.
+func (s *StateStore) ApplyPlan(index uint64, req *structs.PlanApplyRequest) error {
+	txn := s.writeTxn()
+	defer txn.Abort()
+	job, err := jobByIDTxn(txn, nil, req.Namespace, req.JobID)
+	if err != nil {
+		return err
+	}
+	if job == nil {
+		return structs.NewError(structs.ErrCodeConflict, "plan for job %q: the job no longer exists", req.JobID)
+	}
+	if job.JobModifyIndex != req.JobModifyIndex {
+		return structs.NewError(structs.ErrCodeConflict, "plan for job %q was computed for version index %d; the job is at %d",
+			req.JobID, req.JobModifyIndex, job.JobModifyIndex)
+	}
+	for _, a := range req.Allocs {
+		if a.JobID != req.JobID || a.Namespace != req.Namespace {
+			return structs.ErrInvalid("plan for job %q carries allocation %q of job %q", req.JobID, a.ID, a.JobID)
+		}
+		if err := upsertAllocTxn(txn, index, a); err != nil {
+			return err
+		}
+	}
+	if err := refreshJobTxn(txn, index, job, req.Placement); err != nil {
+		return err
+	}
+	return commit(txn, index)
+}
+
+// refreshJobTxn recomputes a job's status from its allocations and, when
+// placement is not nil, replaces its placement explanation. It writes only
+// what changed.
+func refreshJobTxn(txn *memdb.Txn, index uint64, job *structs.Job, placement map[string]*structs.GroupPlacement) error {
+	allocs, err := collectAllocs(txn, nil, indexJob, job.Namespace, job.ID)
+	if err != nil {
+		return err
+	}
+	j := job.Copy()
+	if placement != nil {
+		j.Placement = map[string]*structs.GroupPlacement{}
+		for k, v := range placement {
+			c := *v
+			j.Placement[k] = &c
+		}
+	}
+	j.Status = jobStatus(j, allocs, j.Stop)
+	if j.Status == job.Status && placementEqual(j.Placement, job.Placement) {
+		return nil
+	}
+	j.ModifyIndex = index
+	return insertJobTxn(txn, j)
+}
+
+func placementEqual(a, b map[string]*structs.GroupPlacement) bool {
+	return maps.EqualFunc(a, b, func(x, y *structs.GroupPlacement) bool {
+		return x.Desired == y.Desired && x.Placed == y.Placed && reflect.DeepEqual(x.Blocked, y.Blocked)
+	})
+}
+
+// jobStatus derives a job's status: dead once stopped (or a batch job
+// finished) with nothing left running, running while an allocation runs or
+// waits to, pending before that.
+func jobStatus(job *structs.Job, allocs []*structs.Allocation, stopped bool) string {
+	live := 0
+	for _, a := range allocs {
+		if !a.ClientTerminal() && !(a.ServerTerminal() && a.ClientStatus == structs.AllocClientStatusPending) {
+			live++
+		}
+	}
+	switch {
+	case stopped && live == 0:
+		return structs.JobStatusDead
+	case live > 0:
+		return structs.JobStatusRunning
+	}
+	return structs.JobStatusPending
+}
+
+func insertJobTxn(txn *memdb.Txn, j *structs.Job) error {
+	if err := txn.Insert(TableJobs, j); err != nil {
+		return fmt.Errorf("state: writing job %q: %w", j.ID, err)
+	}
+	return nil
+}
+
+// JobByID returns the job, or nil when it is unknown.
+func (s *StateStore) JobByID(ws memdb.WatchSet, namespace, id string) (*structs.Job, error) {
+	return jobByIDTxn(s.db.Txn(false), ws, namespace, id)
+}
+
+func jobByIDTxn(txn *memdb.Txn, ws memdb.WatchSet, namespace, id string) (*structs.Job, error) {
+	ch, raw, err := txn.FirstWatch(TableJobs, indexID, namespace, id)
+	if err != nil {
+		return nil, fmt.Errorf("state: reading job %q: %w", id, err)
+	}
+	watch(ws, ch)
+	if raw == nil {
+		return nil, nil
+	}
+	return raw.(*structs.Job), nil
+}
+
+// Jobs iterates over every job (*structs.Job), by namespace and ID.
+func (s *StateStore) Jobs(ws memdb.WatchSet) (memdb.ResultIterator, error) {
+	return getWatch(s.db.Txn(false), ws, TableJobs, indexID)
+}
+
+// JobsByIDPrefix iterates over a namespace's jobs whose ID starts with
+// prefix.
+func (s *StateStore) JobsByIDPrefix(ws memdb.WatchSet, namespace, prefix string) (memdb.ResultIterator, error) {
+	return getWatch(s.db.Txn(false), ws, TableJobs, indexIDPrefix, namespace, prefix)
+}
+
+// JobRestore restores one job from a snapshot.
+func (r *StateRestore) JobRestore(j *structs.Job) error {
+	return insertJobTxn(r.txn, j)
+}

@@ -1,0 +1,91 @@
+package state
+
+import (
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/volplane/volplane/structs"
+)
+
+func testJob(id string) *structs.Job {
+	return &structs.Job{
+		ID: id, Namespace: "default", Name: id, Type: structs.JobTypeService,
+		TaskGroups: []*structs.TaskGroup{{
+			Name: "g", Count: 2,
+			Tasks: []*structs.Task{{Name: "t", Driver: "exec", Config: structs.TaskConfig{Command: "/bin/true"}}},
+		}},
+	}
+}
+
+func TestJobs_UpsertVersionsAndPlans(t *testing.T) {
+	s := TestStateStore(t)
+	must.NoError(t, s.UpsertJob(10, 100, testJob("web")))
+	j, err := s.JobByID(nil, "default", "web")
+	must.NoError(t, err)
+	must.Eq(t, uint64(0), j.Version)
+	must.Eq(t, uint64(10), j.JobModifyIndex)
+	must.Eq(t, structs.JobStatusPending, j.Status)
+
+	// The same specification again changes nothing.
+	must.NoError(t, s.UpsertJob(11, 101, testJob("web")))
+	mustIndex(t, s, TableJobs, 10)
+
+	// A plan for this version places allocations and explains the group.
+	alloc := &structs.Allocation{ID: "a1", Namespace: "default", Name: "web.g[0]", JobID: "web", TaskGroup: "g",
+		NodeID: "n1", DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusPending}
+	plan := &structs.PlanApplyRequest{Namespace: "default", JobID: "web", JobModifyIndex: 10,
+		Allocs:    []*structs.Allocation{alloc},
+		Placement: map[string]*structs.GroupPlacement{"g": {Desired: 2, Placed: 1, Blocked: []string{`volume "v" does not exist`}}}}
+	must.NoError(t, s.ApplyPlan(12, plan))
+	j, _ = s.JobByID(nil, "default", "web")
+	must.Eq(t, 1, j.Placement["g"].Placed)
+	must.Eq(t, []string{`volume "v" does not exist`}, j.Placement["g"].Blocked)
+	must.Eq(t, structs.JobStatusRunning, j.Status)
+
+	// A changed specification is a new version; a plan for the old one is
+	// refused.
+	v2 := testJob("web")
+	v2.TaskGroups[0].Count = 3
+	must.NoError(t, s.UpsertJob(13, 102, v2))
+	j, _ = s.JobByID(nil, "default", "web")
+	must.Eq(t, uint64(1), j.Version)
+	err = s.ApplyPlan(14, plan)
+	must.Eq(t, structs.ErrCodeConflict, structs.CodeOf(err))
+
+	// A client status update refreshes the job's status.
+	done := alloc.Copy()
+	done.ClientStatus = structs.AllocClientStatusComplete
+	must.NoError(t, s.UpsertAllocs(15, []*structs.Allocation{done}))
+	j, _ = s.JobByID(nil, "default", "web")
+	must.Eq(t, structs.JobStatusPending, j.Status)
+}
+
+func TestJobs_StopAndPurge(t *testing.T) {
+	s := TestStateStore(t)
+	must.NoError(t, s.UpsertJob(10, 100, testJob("web")))
+	alloc := &structs.Allocation{ID: "a1", Namespace: "default", Name: "web.g[0]", JobID: "web", TaskGroup: "g",
+		NodeID: "n1", DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning}
+	must.NoError(t, s.ApplyPlan(11, &structs.PlanApplyRequest{Namespace: "default", JobID: "web", JobModifyIndex: 10,
+		Allocs: []*structs.Allocation{alloc}}))
+
+	must.NoError(t, s.DeregisterJob(12, 200, "default", "web", false))
+	j, _ := s.JobByID(nil, "default", "web")
+	must.True(t, j.Stop)
+	must.Eq(t, structs.JobStatusRunning, j.Status, must.Sprint("its allocation still runs"))
+	a, _ := s.AllocByID(nil, "a1")
+	must.Eq(t, structs.AllocDesiredStatusStop, a.DesiredStatus)
+	must.Eq(t, "job stopped", a.DesiredDescription)
+
+	// Re-registering a stopped job starts it again.
+	must.NoError(t, s.UpsertJob(13, 300, testJob("web")))
+	j, _ = s.JobByID(nil, "default", "web")
+	must.False(t, j.Stop)
+	must.Eq(t, uint64(1), j.Version)
+
+	must.NoError(t, s.DeregisterJob(14, 400, "default", "web", true))
+	j, _ = s.JobByID(nil, "default", "web")
+	must.Nil(t, j)
+	err := s.DeregisterJob(15, 500, "default", "web", true)
+	must.Eq(t, structs.ErrCodeNotFound, structs.CodeOf(err))
+}
