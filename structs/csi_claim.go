@@ -215,8 +215,20 @@ func (v *CSIVolume) Claim(c *CSIVolumeClaim) error {
 		if err := v.CheckClaim(c); err != nil {
 			return err
 		}
-		if v.WriteClaims[c.AllocationID] != nil ||
-			(c.Mode == CSIVolumeClaimRead && v.ReadClaims[c.AllocationID] != nil) {
+		held := v.WriteClaims[c.AllocationID]
+		if held == nil && c.Mode == CSIVolumeClaimRead {
+			held = v.ReadClaims[c.AllocationID]
+		}
+		if held != nil {
+			// A repeat changes nothing, except that it may bring what a
+			// later release needs and the first write did not have yet:
+			// the controller's publish context and the provider's node ID.
+			if len(c.PublishContext) > 0 {
+				held.PublishContext = maps.Clone(c.PublishContext)
+			}
+			if c.ExternalNodeID != "" {
+				held.ExternalNodeID = c.ExternalNodeID
+			}
 			return nil
 		}
 		cc := c.Copy()
