@@ -99,6 +99,16 @@ func builtinCommands(ui cli.Ui, stdin io.Reader) map[string]cli.CommandFactory {
 		"node": parent("node", "Inspect client nodes",
 			"Inspect the client nodes and the CSI plugins they run."),
 		"node status": func() (cli.Command, error) { return &NodeStatusCommand{Meta: meta()}, nil },
+		"job": parent("job", "Run and inspect jobs",
+			"Run, stop and inspect jobs: workloads whose task groups use volumes."),
+		"job run": func() (cli.Command, error) {
+			return &JobRunCommand{Meta: meta(), Stdin: stdin}, nil
+		},
+		"job stop":   func() (cli.Command, error) { return &JobStopCommand{Meta: meta()}, nil },
+		"job status": func() (cli.Command, error) { return &JobStatusCommand{Meta: meta()}, nil },
+		"alloc": parent("alloc", "Inspect allocations",
+			"Inspect allocations: the placed instances of a job's task groups, and\n  the claims on their volumes."),
+		"alloc status": func() (cli.Command, error) { return &AllocStatusCommand{Meta: meta()}, nil },
 		"operator": parent("operator", "Cluster operations",
 			"Operations on the servers of the cluster."),
 		"operator raft": parent("operator raft", "Inspect and change the Raft peer set",

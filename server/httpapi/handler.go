@@ -2,7 +2,8 @@
 // status and the Raft configuration it speaks Nomad's dialect: the same
 // paths, JSON field names and X-Nomad-* headers, so that Nomad's official Go
 // client (github.com/hashicorp/nomad/api) and the nomad CLI work against it
-// unchanged.
+// unchanged. Jobs and allocations have endpoints of volplane's own, whose
+// bodies are structs.Job and structs.Allocation.
 //
 // The package holds no state. Every request becomes one in-process RPC on a
 // Backend (the server, which forwards to the leader as needed); the typed
@@ -19,6 +20,14 @@
 //	GET         /v1/plugin/csi/:id                            one plugin
 //	GET         /v1/nodes                                     bare JSON array of node stubs
 //	GET         /v1/node/:id                                  one node
+//	PUT, POST   /v1/jobs                                      register a job; body {"Job":{...}}
+//	PUT, POST   /v1/job/:id                                   the same, for the job of that ID
+//	GET         /v1/jobs[?prefix=]                            bare JSON array of job stubs
+//	GET         /v1/job/:id                                   one job, mount flags redacted
+//	DELETE      /v1/job/:id[?purge=true]                      stop a job (and with purge, remove it)
+//	GET         /v1/job/:id/allocations                       bare JSON array of the job's allocations
+//	GET         /v1/allocations[?prefix=]                     bare JSON array of allocations
+//	GET         /v1/allocation/:id                            one allocation
 //	GET         /v1/status/leader                             JSON string: the leader's RPC address
 //	GET         /v1/status/peers                              JSON array of Raft peer addresses
 //	GET         /v1/operator/raft/configuration               the Raft configuration
@@ -124,6 +133,16 @@ func (h *handler) routes() {
 		"GET /v1/plugin/csi/{id}":             h.pluginGet,
 		"GET /v1/nodes":                       h.nodeList,
 		"GET /v1/node/{id}":                   h.nodeGet,
+		"PUT /v1/jobs":                        h.jobRegister,
+		"POST /v1/jobs":                       h.jobRegister,
+		"GET /v1/jobs":                        h.jobList,
+		"PUT /v1/job/{id}":                    h.jobRegister,
+		"POST /v1/job/{id}":                   h.jobRegister,
+		"GET /v1/job/{id}":                    h.jobGet,
+		"DELETE /v1/job/{id}":                 h.jobDeregister,
+		"GET /v1/job/{id}/allocations":        h.jobAllocations,
+		"GET /v1/allocations":                 h.allocList,
+		"GET /v1/allocation/{id}":             h.allocGet,
 		"GET /v1/status/leader":               h.statusLeader,
 		"GET /v1/status/peers":                h.statusPeers,
 		"GET /v1/operator/raft/configuration": h.raftConfiguration,

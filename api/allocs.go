@@ -1,0 +1,29 @@
+package api
+
+import "github.com/volplane/volplane/structs"
+
+// Allocations is the allocation endpoints.
+type Allocations struct{ c *Client }
+
+// Allocations returns the allocation endpoints.
+func (c *Client) Allocations() *Allocations { return &Allocations{c: c} }
+
+// Info reads one allocation.
+func (a *Allocations) Info(id string, q *QueryOptions) (*structs.Allocation, *QueryMeta, error) {
+	var out structs.Allocation
+	qm, err := a.c.query("/v1/allocation/"+escape(id), q, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &out, qm, nil
+}
+
+// List returns allocations; q.Prefix filters them by ID.
+func (a *Allocations) List(q *QueryOptions) ([]*structs.Allocation, *QueryMeta, error) {
+	var out []*structs.Allocation
+	qm, err := a.c.query("/v1/allocations", q, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, qm, nil
+}

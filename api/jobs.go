@@ -1,0 +1,80 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// Jobs is the job endpoints.
+type Jobs struct{ c *Client }
+
+// Jobs returns the job endpoints.
+func (c *Client) Jobs() *Jobs { return &Jobs{c: c} }
+
+// jobWriteResponse is the body of a job register or deregister answer.
+type jobWriteResponse struct {
+	Warnings []string `json:",omitempty"`
+	// Index is the Raft index of the write, also sent as X-Nomad-Index.
+	Index uint64
+}
+
+// Register creates or updates a job; the servers validate it and place its
+// allocations. It returns the server's warnings.
+func (j *Jobs) Register(job *structs.Job, w *WriteOptions) ([]string, *WriteMeta, error) {
+	if job == nil {
+		return nil, nil, errors.New("no job to register")
+	}
+	r := j.c.newWrite(http.MethodPut, "/v1/jobs", w)
+	// Only Job: the server refuses unknown fields, and the RPC request's
+	// other fields (timestamp, forwarding mark) are the servers' own.
+	r.body = &struct{ Job *structs.Job }{Job: job}
+	var out jobWriteResponse
+	wm, err := j.c.write(r, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out.Warnings, wm, nil
+}
+
+// Deregister stops a job: its allocations are stopped and their volumes
+// released. With purge, the job is also removed from the servers' state.
+func (j *Jobs) Deregister(id string, purge bool, w *WriteOptions) (*WriteMeta, error) {
+	r := j.c.newWrite(http.MethodDelete, "/v1/job/"+escape(id), w)
+	if purge {
+		r.params.Set("purge", "true")
+	}
+	return j.c.write(r, nil)
+}
+
+// Info reads one job, with its placement explanation. Mount flags of its
+// volume requests come back redacted.
+func (j *Jobs) Info(id string, q *QueryOptions) (*structs.Job, *QueryMeta, error) {
+	var out structs.Job
+	qm, err := j.c.query("/v1/job/"+escape(id), q, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &out, qm, nil
+}
+
+// List returns the job stubs; q.Prefix filters them by ID.
+func (j *Jobs) List(q *QueryOptions) ([]*structs.JobListStub, *QueryMeta, error) {
+	var out []*structs.JobListStub
+	qm, err := j.c.query("/v1/jobs", q, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, qm, nil
+}
+
+// Allocations returns the allocations of one job.
+func (j *Jobs) Allocations(id string, q *QueryOptions) ([]*structs.Allocation, *QueryMeta, error) {
+	var out []*structs.Allocation
+	qm, err := j.c.query("/v1/job/"+escape(id)+"/allocations", q, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, qm, nil
+}

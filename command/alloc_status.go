@@ -1,0 +1,168 @@
+package command
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+
+	"github.com/volplane/volplane/api"
+	"github.com/volplane/volplane/structs"
+)
+
+// AllocStatusCommand shows one allocation and the claims on its volumes.
+type AllocStatusCommand struct{ Meta }
+
+func (c *AllocStatusCommand) Synopsis() string {
+	return "Display status information about an allocation"
+}
+
+func (c *AllocStatusCommand) Help() string {
+	return helpText(`
+Usage: volplane alloc status [options] <id>
+
+  Shows an allocation (by ID or a unique prefix of one) and, for each volume
+  its task group requests, the volume it means for this allocation (with
+  per_alloc, the source with the allocation's index, "vol[N]"), the claim
+  mode it asks for, and its claim as the volume reports it: read, write or
+  past (being released), its state, node and access mode, or "not claimed".
+`, jobNamespaceOptionHelp+`
+
+Status Options:
+
+  -json
+    Print the allocation as JSON.
+
+  -verbose
+    Show full node IDs and indexes.`, FlagSetClient)
+}
+
+func (c *AllocStatusCommand) Run(args []string) int {
+	var asJSON, verbose bool
+	f := c.FlagSet("alloc status", FlagSetClient|FlagSetNamespace)
+	f.BoolVar(&asJSON, "json", false, "")
+	f.BoolVar(&verbose, "verbose", false, "")
+	if ok, code := c.Parse(c, f, args); !ok {
+		return code
+	}
+	if f.NArg() != 1 {
+		return c.UsageError(c, "This command takes one argument: <id>")
+	}
+	client, err := c.Client()
+	if err != nil {
+		return c.Fail("creating client", err)
+	}
+	alloc, err := lookup("allocations", f.Arg(0),
+		func(id string) (*structs.Allocation, error) {
+			a, _, err := client.Allocations().Info(id, c.QueryOptions())
+			return a, err
+		},
+		func(prefix string) ([]string, error) {
+			q := c.QueryOptions()
+			q.Prefix = prefix
+			allocs, _, err := client.Allocations().List(q)
+			ids := make([]string, 0, len(allocs))
+			for _, a := range allocs {
+				if a != nil {
+					ids = append(ids, a.ID)
+				}
+			}
+			return ids, err
+		})
+	if err != nil {
+		return c.Fail("querying allocation", err)
+	}
+	if asJSON {
+		return c.OutputJSON(alloc)
+	}
+	c.Ui.Output(formatAlloc(alloc, verbose) + "\n\nVolumes\n" + c.allocVolumes(client, alloc, verbose))
+	return 0
+}
+
+func formatAlloc(a *structs.Allocation, verbose bool) string {
+	pairs := [][2]string{
+		{"ID", a.ID},
+		{"Name", a.Name},
+		{"Namespace", a.Namespace},
+		{"Job ID", a.JobID},
+		{"Job Version", strconv.FormatUint(a.JobVersion, 10)},
+		{"Task Group", a.TaskGroup},
+		{"Node ID", shortID(a.NodeID, verbose)},
+		{"Desired Status", a.DesiredStatus},
+		{"Desired Description", a.DesiredDescription},
+		{"Client Status", a.ClientStatus},
+		{"Client Description", a.ClientDescription},
+		{"Created", unixNano(a.CreateTime)},
+		{"Modified", unixNano(a.ModifyTime)},
+	}
+	if verbose {
+		pairs = append(pairs,
+			[2]string{"Create Index", strconv.FormatUint(a.CreateIndex, 10)},
+			[2]string{"Modify Index", strconv.FormatUint(a.ModifyIndex, 10)})
+	}
+	return kv(pairs)
+}
+
+// allocVolumes shows the volumes of the allocation's task group, each with
+// the allocation's claim as its volume reports it. A volume that cannot be
+// read is reported in its row, so that one failure does not hide the rest.
+func (c *AllocStatusCommand) allocVolumes(client *api.Client, a *structs.Allocation, verbose bool) string {
+	ns := a.Namespace
+	if ns == "" {
+		ns = c.namespace
+	}
+	job, _, err := client.Jobs().Info(a.JobID, &api.QueryOptions{Namespace: ns})
+	switch {
+	case api.IsNotFound(err):
+		return fmt.Sprintf("Job %q is gone (purged): the allocation's volumes are unknown", a.JobID)
+	case err != nil:
+		return fmt.Sprintf("Error querying job %q: %s", a.JobID, err)
+	}
+	tg := job.LookupTaskGroup(a.TaskGroup)
+	if tg == nil {
+		return fmt.Sprintf("Job %q (version %d) has no task group %q", job.ID, job.Version, a.TaskGroup)
+	}
+	if len(tg.Volumes) == 0 {
+		return "No volumes"
+	}
+	var rows [][]string
+	for _, alias := range slices.Sorted(maps.Keys(tg.Volumes)) {
+		req := tg.Volumes[alias]
+		if req == nil {
+			continue
+		}
+		volID := structs.VolumeIDForAlloc(req.Source, req.PerAlloc, a.Name)
+		row := []string{alias, volID, req.ClaimMode().String()}
+		vol, _, err := client.Volumes().Info(volID, &api.QueryOptions{Namespace: ns})
+		switch {
+		case api.IsNotFound(err):
+			row = append(row, "volume not found", "", "", "")
+		case err != nil:
+			row = append(row, "error: "+err.Error(), "", "", "")
+		default:
+			row = append(row, claimOf(vol, a.ID, verbose)...)
+		}
+		rows = append(rows, row)
+	}
+	out := table([]string{"Volume", "Volume ID", "Mode", "Claim", "State", "Node ID", "Access Mode"}, rows)
+	if job.Version != a.JobVersion {
+		// The group may have changed since the allocation was placed.
+		out += fmt.Sprintf("\n\nVolumes as requested by job version %d; the allocation runs version %d.",
+			job.Version, a.JobVersion)
+	}
+	return out
+}
+
+// claimOf describes the allocation's claim on vol: which claim map holds it,
+// its state, node and access mode.
+func claimOf(vol *structs.CSIVolume, allocID string, verbose bool) []string {
+	for _, held := range []struct {
+		kind   string
+		claims map[string]*structs.CSIVolumeClaim
+	}{{"write", vol.WriteClaims}, {"read", vol.ReadClaims}, {"past", vol.PastClaims}} {
+		if cl := held.claims[allocID]; cl != nil {
+			return []string{held.kind, cl.State.String(), shortID(cl.NodeID, verbose), string(cl.AccessMode)}
+		}
+	}
+	return []string{"not claimed", "", "", ""}
+}

@@ -1,0 +1,164 @@
+package command
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/volplane/volplane/api"
+	"github.com/volplane/volplane/structs"
+)
+
+// JobStatusCommand lists jobs or shows one with its placement and
+// allocations.
+type JobStatusCommand struct{ Meta }
+
+func (c *JobStatusCommand) Synopsis() string { return "Display status information about jobs" }
+
+func (c *JobStatusCommand) Help() string {
+	return helpText(`
+Usage: volplane job status [options] [id]
+
+  Without an ID, lists the jobs with their type, status and how many of
+  their allocations are placed. With an ID (or a unique prefix of one),
+  shows the job, per task group the allocations wanted and placed with
+  every reason a group is blocked (a volume that does not exist yet, or
+  per node why it was filtered), and the job's allocations. Mount flags
+  are never shown.
+`, jobNamespaceOptionHelp+`
+
+Status Options:
+
+  -json
+    Print the job or the list as JSON.
+
+  -verbose
+    Show full allocation and node IDs, and indexes.`, FlagSetClient)
+}
+
+func (c *JobStatusCommand) Run(args []string) int {
+	var asJSON, verbose bool
+	f := c.FlagSet("job status", FlagSetClient|FlagSetNamespace)
+	f.BoolVar(&asJSON, "json", false, "")
+	f.BoolVar(&verbose, "verbose", false, "")
+	if ok, code := c.Parse(c, f, args); !ok {
+		return code
+	}
+	if f.NArg() > 1 {
+		return c.UsageError(c, "This command takes at most one argument: [id]")
+	}
+	client, err := c.Client()
+	if err != nil {
+		return c.Fail("creating client", err)
+	}
+	if f.NArg() == 0 {
+		return c.list(client, asJSON)
+	}
+
+	job, err := c.lookupJob(client, f.Arg(0))
+	if err != nil {
+		return c.Fail("querying job", err)
+	}
+	// The server redacts already; doing it again here means a mount flag
+	// cannot reach the terminal even from a server that forgot.
+	job = redactJob(job)
+	if asJSON {
+		return c.OutputJSON(job)
+	}
+	allocs, _, err := client.Jobs().Allocations(job.ID, &api.QueryOptions{Namespace: job.Namespace})
+	if err != nil {
+		return c.Fail("querying job allocations", err)
+	}
+	c.Ui.Output(formatJob(job, allocs, verbose))
+	return 0
+}
+
+func (c *JobStatusCommand) list(client *api.Client, asJSON bool) int {
+	stubs, _, err := client.Jobs().List(c.QueryOptions())
+	if err != nil {
+		return c.Fail("querying jobs", err)
+	}
+	if asJSON {
+		return c.OutputJSON(stubs)
+	}
+	if len(stubs) == 0 {
+		c.Ui.Output("No jobs")
+		return 0
+	}
+	rows := make([][]string, 0, len(stubs))
+	for _, j := range stubs {
+		rows = append(rows, []string{j.ID, j.Type, j.Status, ratio(j.Placed, j.Desired)})
+	}
+	c.Ui.Output(table([]string{"ID", "Type", "Status", "Placed/Desired"}, rows))
+	return 0
+}
+
+func formatJob(j *structs.Job, allocs []*structs.Allocation, verbose bool) string {
+	pairs := [][2]string{
+		{"ID", j.ID},
+		{"Name", j.Name},
+		{"Namespace", j.Namespace},
+		{"Type", j.Type},
+		{"Status", j.Status},
+		{"Stopped", yesNo(j.Stop)},
+		{"Version", strconv.FormatUint(j.Version, 10)},
+		{"Submit Time", unixNano(j.SubmitTime)},
+	}
+	if verbose {
+		pairs = append(pairs,
+			[2]string{"Create Index", strconv.FormatUint(j.CreateIndex, 10)},
+			[2]string{"Modify Index", strconv.FormatUint(j.ModifyIndex, 10)},
+			[2]string{"Job Modify Index", strconv.FormatUint(j.JobModifyIndex, 10)})
+	}
+	var b strings.Builder
+	b.WriteString(kv(pairs))
+	b.WriteString("\n\n" + formatPlacement(j))
+	b.WriteString("\n\nAllocations\n")
+	b.WriteString(formatAllocs(allocs, verbose))
+	return b.String()
+}
+
+// formatAllocs lists allocations by group and index.
+func formatAllocs(allocs []*structs.Allocation, verbose bool) string {
+	allocs = slices.DeleteFunc(slices.Clone(allocs), func(a *structs.Allocation) bool { return a == nil })
+	if len(allocs) == 0 {
+		return "No allocations"
+	}
+	slices.SortFunc(allocs, func(a, b *structs.Allocation) int {
+		return cmp.Or(cmp.Compare(a.TaskGroup, b.TaskGroup), cmp.Compare(allocIndex(a.Name), allocIndex(b.Name)),
+			cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID))
+	})
+	rows := make([][]string, 0, len(allocs))
+	for _, a := range allocs {
+		rows = append(rows, []string{shortID(a.ID, verbose), a.Name, shortID(a.NodeID, verbose), a.DesiredStatus,
+			a.ClientStatus, unixNano(a.ModifyTime)})
+	}
+	return table([]string{"ID", "Name", "Node ID", "Desired", "Client Status", "Modified"}, rows)
+}
+
+// allocIndex is N of an allocation named "job.group[N]", or -1.
+func allocIndex(name string) int {
+	s := strings.TrimSuffix(strings.TrimPrefix(structs.AllocSuffix(name), "["), "]")
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// redactJob returns a copy of j whose volume requests show no mount flags.
+func redactJob(j *structs.Job) *structs.Job {
+	c := j.Copy()
+	for _, tg := range c.TaskGroups {
+		if tg == nil {
+			continue
+		}
+		for _, req := range tg.Volumes {
+			if req != nil {
+				req.MountOptions = req.MountOptions.Redacted()
+			}
+		}
+	}
+	return c
+}

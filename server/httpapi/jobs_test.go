@@ -1,0 +1,397 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// jobBackend extends the fake backend with jobs and allocations: the Job.*
+// and Alloc.* methods, under the same lock, index, call record and failure
+// table. Every other method goes to the fake backend.
+type jobBackend struct {
+	*fakeBackend
+	jobs   map[string]*structs.Job        // by namespace + "/" + ID
+	allocs map[string]*structs.Allocation // by ID
+}
+
+func newJobTestHandler(t *testing.T) (*jobBackend, http.Handler) {
+	t.Helper()
+	be := &jobBackend{fakeBackend: newFakeBackend(), jobs: map[string]*structs.Job{}, allocs: map[string]*structs.Allocation{}}
+	return be, NewHandler(Config{Backend: be})
+}
+
+func (b *jobBackend) RPC(method string, args, reply any) error {
+	if !strings.HasPrefix(method, "Job.") && !strings.HasPrefix(method, "Alloc.") {
+		return b.fakeBackend.RPC(method, args, reply)
+	}
+	f := b.fakeBackend
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[method] = args
+	if err := f.fail[method]; err != nil {
+		return err
+	}
+	switch method {
+	case "Job.Register":
+		a, r := args.(*structs.JobRegisterRequest), reply.(*structs.JobRegisterResponse)
+		if err := a.Job.Validate(); err != nil {
+			return err
+		}
+		f.index++
+		j := a.Job.Copy()
+		k := volKey(j.Namespace, j.ID)
+		j.CreateIndex, j.ModifyIndex, j.JobModifyIndex = f.index, f.index, f.index
+		if old := b.jobs[k]; old != nil {
+			j.CreateIndex, j.Version = old.CreateIndex, old.Version+1
+		}
+		j.Status = structs.JobStatusPending
+		b.jobs[k] = j
+		r.Warnings = slices.Clone(f.warnings)
+		r.Index = f.index
+	case "Job.Deregister":
+		a, r := args.(*structs.JobDeregisterRequest), reply.(*structs.JobDeregisterResponse)
+		k := volKey(a.RequestNamespace(), a.JobID)
+		j := b.jobs[k]
+		if j == nil {
+			return structs.ErrNotFound("job %q not found", a.JobID)
+		}
+		f.index++
+		if a.Purge {
+			delete(b.jobs, k)
+		} else {
+			j = j.Copy()
+			j.Stop, j.Status, j.ModifyIndex = true, structs.JobStatusDead, f.index
+			b.jobs[k] = j
+		}
+		r.Index = f.index
+	case "Job.GetJob":
+		a, r := args.(*structs.JobSpecificRequest), reply.(*structs.SingleJobResponse)
+		// Unredacted on purpose: the handler must redact on its own.
+		r.Job = b.jobs[volKey(a.RequestNamespace(), a.JobID)].Copy()
+		r.QueryMeta = f.readMeta()
+	case "Job.List":
+		a, r := args.(*structs.JobListRequest), reply.(*structs.JobListResponse)
+		for _, k := range slices.Sorted(maps.Keys(b.jobs)) {
+			if j := b.jobs[k]; j.Namespace == a.RequestNamespace() && strings.HasPrefix(j.ID, a.Prefix) {
+				r.Jobs = append(r.Jobs, j.Stub())
+			}
+		}
+		r.QueryMeta = f.readMeta()
+	case "Job.Allocations":
+		a, r := args.(*structs.JobSpecificRequest), reply.(*structs.JobAllocationsResponse)
+		for _, id := range slices.Sorted(maps.Keys(b.allocs)) {
+			if al := b.allocs[id]; al.JobID == a.JobID && al.Namespace == a.RequestNamespace() {
+				r.Allocations = append(r.Allocations, al.Copy())
+			}
+		}
+		r.QueryMeta = f.readMeta()
+	case "Alloc.GetAlloc":
+		a, r := args.(*structs.AllocSpecificRequest), reply.(*structs.SingleAllocResponse)
+		r.Alloc = b.allocs[a.AllocID].Copy()
+		r.QueryMeta = f.readMeta()
+	case "Alloc.List":
+		a, r := args.(*structs.AllocListRequest), reply.(*structs.AllocListResponse)
+		for _, id := range slices.Sorted(maps.Keys(b.allocs)) {
+			if strings.HasPrefix(id, a.Prefix) {
+				r.Allocations = append(r.Allocations, b.allocs[id].Copy())
+			}
+		}
+		r.QueryMeta = f.readMeta()
+	default:
+		return fmt.Errorf("fake backend: unknown method %q", method)
+	}
+	return nil
+}
+
+// seed stores a job with its placement and allocations, as the servers
+// would after placing it.
+func (b *jobBackend) seed(j *structs.Job, allocs ...*structs.Allocation) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.index++
+	j = j.Copy()
+	j.CreateIndex, j.ModifyIndex = b.index, b.index
+	b.jobs[volKey(j.Namespace, j.ID)] = j
+	for _, a := range allocs {
+		b.allocs[a.ID] = a.Copy()
+	}
+}
+
+// testJob is a valid, canonical job whose volume request has mount flags.
+func testJob() *structs.Job {
+	return &structs.Job{
+		ID: "web", Name: "web", Namespace: "default", Type: structs.JobTypeService,
+		TaskGroups: []*structs.TaskGroup{{
+			Name: "g", Count: 3,
+			Volumes: map[string]*structs.VolumeRequest{"data": {
+				Name: "data", Type: structs.VolumeTypeCSI, Source: "vol", PerAlloc: true,
+				AccessMode:     structs.CSIVolumeAccessModeSingleNodeWriter,
+				AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem,
+				MountOptions:   &structs.CSIMountOptions{FSType: "ext4", MountFlags: []string{testFlagSecret}},
+			}},
+			Tasks: []*structs.Task{{
+				Name: "t", Driver: structs.TaskDriverExec, Config: structs.TaskConfig{Command: "/bin/true"},
+				VolumeMounts: []*structs.VolumeMount{{Volume: "data", Destination: "/data", PropagationMode: "private"}},
+			}},
+		}},
+	}
+}
+
+func jobBody(t *testing.T, j *structs.Job) string {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"Job": j})
+	must.NoError(t, err)
+	return string(b)
+}
+
+func TestJobRegister(t *testing.T) {
+	be, h := newJobTestHandler(t)
+	be.warnings = []string{`volume "vol[2]" does not exist yet`}
+	// A job as GET returned it, with every server-owned field set: they
+	// are dropped, so a job read back can be registered again.
+	sent := testJob()
+	sent.Stop, sent.Status, sent.Version, sent.SubmitTime = true, "dead", 7, 99
+	sent.CreateIndex, sent.ModifyIndex, sent.JobModifyIndex = 1, 2, 3
+	sent.Placement = map[string]*structs.GroupPlacement{"g": {Desired: 3, Blocked: []string{"x"}}}
+
+	for _, method := range []string{http.MethodPut, http.MethodPost} {
+		rec := do(t, h, method, "/v1/jobs?region=r1", jobBody(t, sent), "X-Nomad-Token", "tok")
+		var out JobWriteResponse
+		mustJSON(t, rec, &out)
+		must.Eq(t, rec.Header().Get("X-Nomad-Index"), fmt.Sprint(out.Index))
+		must.Eq(t, JobWriteResponse{Warnings: []string{`volume "vol[2]" does not exist yet`}, Index: out.Index}, out)
+
+		args := be.call("Job.Register").(*structs.JobRegisterRequest)
+		must.Eq(t, structs.WriteRequest{Region: "r1", Namespace: "default", AuthToken: "tok"}, args.WriteRequest)
+		must.Eq(t, testJob(), args.Job)
+		must.Eq(t, int64(0), args.Timestamp)
+	}
+}
+
+func TestJobRegister_CanonicalizesAndNamespaces(t *testing.T) {
+	minimal := `{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","Driver":"exec","Config":{"Command":"x"}}]}]}}`
+	cases := []struct {
+		name, path, body, wantNS string
+	}{
+		{"default", "/v1/jobs", minimal, "default"},
+		{"query", "/v1/jobs?namespace=q", minimal, "q"},
+		{"job wins", "/v1/jobs?namespace=q", strings.Replace(minimal, `"ID":"j"`, `"ID":"j","Namespace":"own"`, 1), "own"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			be, h := newJobTestHandler(t)
+			rec := do(t, h, http.MethodPut, tc.path, tc.body)
+			must.Eq(t, http.StatusOK, rec.Code, must.Sprint(rec.Body.String()))
+			args := be.call("Job.Register").(*structs.JobRegisterRequest)
+			must.Eq(t, tc.wantNS, args.Namespace)
+			must.Eq(t, tc.wantNS, args.Job.Namespace)
+			must.Eq(t, structs.JobTypeService, args.Job.Type)
+			must.Eq(t, "j", args.Job.Name)
+			must.Eq(t, 1, args.Job.TaskGroups[0].Count)
+		})
+	}
+}
+
+func TestJobRegister_ByPath(t *testing.T) {
+	be, h := newJobTestHandler(t)
+	j := testJob()
+	rec := do(t, h, http.MethodPost, "/v1/job/web", jobBody(t, j))
+	must.Eq(t, http.StatusOK, rec.Code, must.Sprint(rec.Body.String()))
+	must.Eq(t, "web", be.call("Job.Register").(*structs.JobRegisterRequest).Job.ID)
+
+	j.ID = ""
+	rec = do(t, h, http.MethodPut, "/v1/job/from-path", jobBody(t, j))
+	must.Eq(t, http.StatusOK, rec.Code, must.Sprint(rec.Body.String()))
+	must.Eq(t, "from-path", be.call("Job.Register").(*structs.JobRegisterRequest).Job.ID)
+
+	j.ID = "other"
+	mustError(t, do(t, h, http.MethodPut, "/v1/job/web", jobBody(t, j)), http.StatusBadRequest,
+		`job ID "other" in the body does not match "web" in the path`)
+}
+
+func TestJobRegister_BadBodies(t *testing.T) {
+	valid := jobBody(t, testJob())
+	rpcBody, err := json.Marshal(&structs.JobRegisterRequest{Job: testJob()})
+	must.NoError(t, err)
+	cases := map[string]struct {
+		body   string
+		status int
+		want   string
+	}{
+		"empty":                {"", http.StatusBadRequest, "the body is empty"},
+		"no job":               {`{}`, http.StatusBadRequest, `the body has no job: send {"Job":{...}}`},
+		"null job":             {`{"Job":null}`, http.StatusBadRequest, "the body has no job"},
+		"unknown top field":    {`{"Job":{"ID":"j"},"EnforceIndex":true}`, http.StatusBadRequest, `unknown field "EnforceIndex"`},
+		"unknown job field":    {`{"Job":{"ID":"j","Datacenters":["dc1"]}}`, http.StatusBadRequest, `unknown field "Datacenters"`},
+		"unknown nested field": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Sticky":true}]}}`, http.StatusBadRequest, `unknown field "Sticky"`},
+		"wrong type": {`{"Job":{"ID":"j","TaskGroups":[{"Count":"3"}]}}`, http.StatusBadRequest,
+			`field "Job.TaskGroups.Count": expected a JSON number, got a JSON string`},
+		"rpc request fields": {string(rpcBody), http.StatusBadRequest, `unknown field "Timestamp"`},
+		"trailing garbage":   {valid + "x", http.StatusBadRequest, "invalid character 'x'"},
+		"refused by the server": {strings.Replace(valid, `"PerAlloc":true`, `"PerAlloc":false`, 1), http.StatusBadRequest,
+			`job "web" validation failed: group "g" volume "data": volume with single-node-writer access mode allows only one reader or writer`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, h := newJobTestHandler(t)
+			mustError(t, do(t, h, http.MethodPut, "/v1/jobs", tc.body), tc.status, tc.want)
+		})
+	}
+}
+
+func TestJobGet(t *testing.T) {
+	be, h := newJobTestHandler(t)
+	j := testJob()
+	j.Placement = map[string]*structs.GroupPlacement{"g": {Desired: 3, Placed: 2, Blocked: []string{`volume "vol[2]" not found`}}}
+	be.seed(j)
+
+	rec := do(t, h, http.MethodGet, "/v1/job/web?index=1&wait=5s&stale", "")
+	var got structs.Job
+	mustJSON(t, rec, &got)
+	must.Eq(t, "web", got.ID)
+	must.Eq(t, j.Placement, got.Placement)
+	must.Eq(t, fmt.Sprint(be.index), rec.Header().Get("X-Nomad-Index"))
+	must.Eq(t, "true", rec.Header().Get("X-Nomad-KnownLeader"))
+	must.Eq(t, "1500", rec.Header().Get("X-Nomad-LastContact"))
+	// Mount flags may carry credentials: redacted, whatever the server sent.
+	must.Eq(t, &structs.CSIMountOptions{FSType: "ext4", MountFlags: []string{structs.RedactedValue}},
+		got.TaskGroups[0].Volumes["data"].MountOptions)
+	must.StrNotContains(t, rec.Body.String(), testFlagSecret)
+	// The backend's own copy is untouched.
+	must.Eq(t, []string{testFlagSecret}, be.jobs[volKey("default", "web")].TaskGroups[0].Volumes["data"].MountOptions.MountFlags)
+
+	args := be.call("Job.GetJob").(*structs.JobSpecificRequest)
+	must.Eq(t, uint64(1), args.MinQueryIndex)
+	must.Eq(t, 5*time.Second, args.MaxQueryTime)
+	must.True(t, args.AllowStale)
+
+	rec = do(t, h, http.MethodGet, "/v1/job/nope", "")
+	mustError(t, rec, http.StatusNotFound, `job "nope" not found`)
+	// A miss still says which index to block on until the job appears.
+	must.Eq(t, fmt.Sprint(be.index), rec.Header().Get("X-Nomad-Index"))
+	mustError(t, do(t, h, http.MethodGet, "/v1/job/web?namespace=other", ""), http.StatusNotFound, `job "web" not found`)
+}
+
+func TestJobList(t *testing.T) {
+	be, h := newJobTestHandler(t)
+	rec := do(t, h, http.MethodGet, "/v1/jobs", "")
+	must.Eq(t, "[]\n", rec.Body.String())
+
+	web := testJob()
+	web.Placement = map[string]*structs.GroupPlacement{"g": {Desired: 3, Placed: 2}}
+	other := testJob()
+	other.ID = "worker"
+	be.seed(web)
+	be.seed(other)
+
+	var stubs []*structs.JobListStub
+	mustJSON(t, do(t, h, http.MethodGet, "/v1/jobs", ""), &stubs)
+	must.Len(t, 2, stubs)
+	must.Eq(t, 3, stubs[0].Desired)
+	must.Eq(t, 2, stubs[0].Placed)
+
+	stubs = nil
+	mustJSON(t, do(t, h, http.MethodGet, "/v1/jobs?prefix=wo", ""), &stubs)
+	must.Len(t, 1, stubs)
+	must.Eq(t, "worker", stubs[0].ID)
+	must.Eq(t, "wo", be.call("Job.List").(*structs.JobListRequest).Prefix)
+}
+
+func TestJobDeregister(t *testing.T) {
+	be, h := newJobTestHandler(t)
+	be.seed(testJob())
+
+	rec := do(t, h, http.MethodDelete, "/v1/job/web", "", "X-Nomad-Token", "tok")
+	var out JobWriteResponse
+	mustJSON(t, rec, &out)
+	must.Eq(t, fmt.Sprint(out.Index), rec.Header().Get("X-Nomad-Index"))
+	must.Eq(t, `{"Index":`+fmt.Sprint(out.Index)+"}\n", rec.Body.String())
+	args := be.call("Job.Deregister").(*structs.JobDeregisterRequest)
+	must.Eq(t, structs.JobDeregisterRequest{JobID: "web", WriteRequest: structs.WriteRequest{AuthToken: "tok"}}, *args)
+	must.True(t, be.jobs[volKey("default", "web")].Stop)
+
+	mustError(t, do(t, h, http.MethodDelete, "/v1/job/web?purge=maybe", ""), http.StatusBadRequest, "invalid purge")
+	must.Eq(t, http.StatusOK, do(t, h, http.MethodDelete, "/v1/job/web?purge=true", "").Code)
+	must.True(t, be.call("Job.Deregister").(*structs.JobDeregisterRequest).Purge)
+	must.MapEmpty(t, be.jobs)
+	mustError(t, do(t, h, http.MethodDelete, "/v1/job/web", ""), http.StatusNotFound, `job "web" not found`)
+}
+
+func TestJobAllocationsAndAllocs(t *testing.T) {
+	be, h := newJobTestHandler(t)
+	var stubs []*structs.Allocation
+	rec := do(t, h, http.MethodGet, "/v1/job/web/allocations", "")
+	must.Eq(t, "[]\n", rec.Body.String())
+	must.Eq(t, "[]\n", do(t, h, http.MethodGet, "/v1/allocations", "").Body.String())
+
+	a0 := &structs.Allocation{ID: "a0-1111", Namespace: "default", Name: "web.g[0]", JobID: "web", TaskGroup: "g", NodeID: "n1",
+		DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning}
+	a1 := &structs.Allocation{ID: "a1-2222", Namespace: "default", Name: "web.g[1]", JobID: "web", TaskGroup: "g", NodeID: "n2",
+		DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusPending}
+	b0 := &structs.Allocation{ID: "b0-3333", Namespace: "default", Name: "db.g[0]", JobID: "db", TaskGroup: "g"}
+	be.seed(testJob(), a0, a1, b0)
+
+	mustJSON(t, do(t, h, http.MethodGet, "/v1/job/web/allocations", ""), &stubs)
+	must.Eq(t, []*structs.Allocation{a0, a1}, stubs)
+
+	stubs = nil
+	mustJSON(t, do(t, h, http.MethodGet, "/v1/allocations", ""), &stubs)
+	must.Len(t, 3, stubs)
+	stubs = nil
+	mustJSON(t, do(t, h, http.MethodGet, "/v1/allocations?prefix=a1", ""), &stubs)
+	must.Eq(t, []*structs.Allocation{a1}, stubs)
+
+	var got structs.Allocation
+	rec = do(t, h, http.MethodGet, "/v1/allocation/a0-1111", "")
+	mustJSON(t, rec, &got)
+	must.Eq(t, *a0, got)
+	must.Eq(t, fmt.Sprint(be.index), rec.Header().Get("X-Nomad-Index"))
+	mustError(t, do(t, h, http.MethodGet, "/v1/allocation/zz", ""), http.StatusNotFound, `allocation "zz" not found`)
+}
+
+func TestJobRoutes_PassBackendErrorsThrough(t *testing.T) {
+	routes := []struct{ rpc, method, path, body string }{
+		{"Job.Register", http.MethodPut, "/v1/jobs", `{"Job":{"ID":"j"}}`},
+		{"Job.Register", http.MethodPost, "/v1/job/j", `{"Job":{"ID":"j"}}`},
+		{"Job.Deregister", http.MethodDelete, "/v1/job/j", ""},
+		{"Job.List", http.MethodGet, "/v1/jobs", ""},
+		{"Job.GetJob", http.MethodGet, "/v1/job/j", ""},
+		{"Job.Allocations", http.MethodGet, "/v1/job/j/allocations", ""},
+		{"Alloc.List", http.MethodGet, "/v1/allocations", ""},
+		{"Alloc.GetAlloc", http.MethodGet, "/v1/allocation/a", ""},
+	}
+	for _, rt := range routes {
+		be, h := newJobTestHandler(t)
+		be.failWith(rt.rpc, structs.ErrNoLeader)
+		rec := do(t, h, rt.method, rt.path, rt.body)
+		mustError(t, rec, http.StatusServiceUnavailable, "no cluster leader")
+		must.Eq(t, "", rec.Header().Get("X-Nomad-Index"))
+		must.NotNil(t, be.call(rt.rpc), must.Sprint(rt.rpc))
+	}
+}
+
+func TestJobRoutes_WrongMethodIs405(t *testing.T) {
+	_, h := newJobTestHandler(t)
+	cases := []struct{ method, path, allow string }{
+		{http.MethodDelete, "/v1/jobs", "GET, HEAD, POST, PUT"},
+		{http.MethodPatch, "/v1/job/j", "DELETE, GET, HEAD, POST, PUT"},
+		{http.MethodPost, "/v1/job/j/allocations", "GET, HEAD"},
+		{http.MethodPut, "/v1/allocations", "GET, HEAD"},
+		{http.MethodDelete, "/v1/allocation/a", "GET, HEAD"},
+	}
+	for _, tc := range cases {
+		rec := do(t, h, tc.method, tc.path, "")
+		must.Eq(t, http.StatusMethodNotAllowed, rec.Code, must.Sprint(tc.method, " ", tc.path))
+		must.Eq(t, tc.allow, rec.Header().Get("Allow"), must.Sprint(tc.method, " ", tc.path))
+	}
+}
