@@ -20,6 +20,8 @@ func (s *Server) registerEndpointsOn(srv *netrpc.Server, conn *sessionConn) {
 		"CSIVolume": &CSIVolume{srv: s, logger: s.logger.Named("csi_volume")},
 		"CSIPlugin": &CSIPlugin{srv: s},
 		"ClientCSI": &ClientCSI{srv: s},
+		"Job":       &Job{srv: s, logger: s.logger.Named("job")},
+		"Alloc":     &Alloc{srv: s},
 	} {
 		if err := srv.RegisterName(name, rcvr); err != nil {
 			panic("registering endpoint " + name + ": " + err.Error())

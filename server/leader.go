@@ -58,6 +58,11 @@ func (s *Server) establishLeadership() {
 		s.leaderMu.Unlock()
 		s.heartbeats.start()
 		defer s.heartbeats.stop()
+		s.leaderWG.Add(1)
+		go func() {
+			defer s.leaderWG.Done()
+			s.runPlacer(done)
+		}()
 		s.leaderLoop(done)
 	}()
 }

@@ -1,0 +1,163 @@
+package server
+
+import (
+	"github.com/volplane/volplane/state"
+	"github.com/volplane/volplane/structs"
+)
+
+// Claim takes a claim on a volume for an allocation, as the client agent
+// running it asks, authenticated by its node secret. The claim rules are
+// checked here against the leader's state first, so a refused claim costs
+// no Raft entry, and again in the FSM, which is the authority when claims
+// race. When the plugin's controller publishes volumes, the controller is
+// asked to attach the volume to the node and the publish context it returns
+// is stored on the claim. The claim stays committed if that fails: the
+// client retries, and a repeated claim is a no-op that publishes again.
+func (e *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CSIVolumeClaimResponse) error {
+	if done, err := e.srv.forward("CSIVolume.Claim", args, args, reply); done {
+		return err
+	}
+	if args.VolumeID == "" {
+		return structs.ErrInvalid("missing volume ID")
+	}
+	if args.Claim == nil {
+		return structs.ErrInvalid("volume %q: missing claim", args.VolumeID)
+	}
+	claim := args.Claim.Copy()
+	if claim.State != structs.CSIVolumeClaimStateTaken {
+		return structs.ErrInvalid("volume %q: clients take claims; releasing them is the servers' work", args.VolumeID)
+	}
+	if err := claim.ValidateRequest(); err != nil {
+		return structs.Wrap(err, "volume %q", args.VolumeID)
+	}
+	ns := args.RequestNamespace()
+	snap, err := e.srv.State().Snapshot()
+	if err != nil {
+		return err
+	}
+	node, err := e.checkClaimant(snap, args, claim, ns)
+	if err != nil {
+		return err
+	}
+	vol, err := snap.CSIVolumeByID(nil, ns, args.VolumeID)
+	if err != nil {
+		return err
+	}
+	if vol == nil {
+		return structs.ErrNotFound("volume %q not found (allocation %q)", args.VolumeID, claim.AllocationID)
+	}
+	info := node.CSINodePlugins[vol.PluginID]
+	if info == nil || info.NodeInfo == nil {
+		return structs.NewError(structs.ErrCodeUnschedulable, "volume %q: allocation %q: node %q does not run plugin %q",
+			vol.ID, claim.AllocationID, node.ID, vol.PluginID)
+	}
+	claim.ExternalNodeID = info.NodeInfo.ID
+	claim.ClaimedAt = 0
+	if err := vol.CheckClaim(claim); err != nil {
+		return err
+	}
+
+	args.Claim = claim
+	args.Timestamp = structs.NowNano()
+	_, index, err := e.srv.raftApply(structs.CSIVolumeClaimRequestType, args)
+	if err != nil {
+		return err
+	}
+	reply.Index = index
+
+	plugin, err := snap.CSIPluginByID(nil, vol.PluginID)
+	if err != nil {
+		return err
+	}
+	if plugin != nil && plugin.ControllerRequired && plugin.SupportsAttachDetach() {
+		ctx, err := e.controllerPublish(vol, claim)
+		if err != nil {
+			return err
+		}
+		reply.PublishContext = ctx
+		// Keep the context with the claim: the node needs it again after a
+		// restart, and a release needs everything the publish used.
+		claim.PublishContext = ctx
+		args.Timestamp = structs.NowNano()
+		if _, index, err = e.srv.raftApply(structs.CSIVolumeClaimRequestType, args); err != nil {
+			return structs.Wrap(err, "volume %q: storing the publish context", vol.ID)
+		}
+		reply.Index = index
+	}
+	// The client needs the volume's secrets and context to stage and
+	// publish it; this reply goes only to the node that proved its secret.
+	reply.Volume = vol
+	e.srv.setQueryMeta(&reply.QueryMeta)
+	return nil
+}
+
+// checkClaimant authenticates the node and checks that the allocation is
+// live on it and that its group asks for this volume.
+func (e *CSIVolume) checkClaimant(snap *state.StateSnapshot, args *structs.CSIVolumeClaimRequest, claim *structs.CSIVolumeClaim, ns string) (*structs.Node, error) {
+	node, err := snap.NodeByID(nil, claim.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	if node == nil || !secretEqual(node.SecretID, args.NodeSecretID) {
+		return nil, structs.NewError(structs.ErrCodePermissionDenied, "volume %q: claim for node %q refused: unknown node or wrong node secret",
+			args.VolumeID, claim.NodeID)
+	}
+	alloc, err := snap.AllocByID(nil, claim.AllocationID)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case alloc == nil:
+		return nil, structs.ErrNotFound("volume %q: allocation %q not found", args.VolumeID, claim.AllocationID)
+	case alloc.NodeID != node.ID:
+		return nil, structs.NewError(structs.ErrCodePermissionDenied, "volume %q: allocation %q runs on node %q, not %q",
+			args.VolumeID, alloc.ID, alloc.NodeID, node.ID)
+	case alloc.Terminal():
+		return nil, structs.ErrInvalid("volume %q: allocation %q is terminal (%s/%s)", args.VolumeID, alloc.ID,
+			alloc.DesiredStatus, alloc.ClientStatus)
+	case alloc.Namespace != ns:
+		return nil, structs.ErrInvalid("volume %q: allocation %q is in namespace %q", args.VolumeID, alloc.ID, alloc.Namespace)
+	}
+	job, err := snap.JobByID(nil, alloc.Namespace, alloc.JobID)
+	if err != nil {
+		return nil, err
+	}
+	var tg *structs.TaskGroup
+	if job != nil {
+		tg = job.LookupTaskGroup(alloc.TaskGroup)
+	}
+	if tg == nil {
+		return nil, structs.ErrInvalid("volume %q: allocation %q: its job or group is gone", args.VolumeID, alloc.ID)
+	}
+	for _, req := range tg.Volumes {
+		if req.VolumeID(alloc.Name) == args.VolumeID && req.AccessMode == claim.AccessMode &&
+			req.AttachmentMode == claim.AttachmentMode && req.ClaimMode() == claim.Mode {
+			return node, nil
+		}
+	}
+	return nil, structs.ErrInvalid("volume %q: group %q of allocation %q asks for no such volume with %s %s/%s",
+		args.VolumeID, tg.Name, alloc.ID, claim.Mode, claim.AccessMode, claim.AttachmentMode)
+}
+
+// controllerPublish asks a controller to attach the volume to the claim's
+// node and returns the publish context. A controller that reports the
+// volume published elsewhere (FAILED_PRECONDITION) is answered retryable
+// by the client agent, so the claimant waits for that release.
+func (e *CSIVolume) controllerPublish(vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) (map[string]string, error) {
+	var resp structs.ClientCSIControllerAttachVolumeResponse
+	err := e.srv.RPC("ClientCSI.ControllerAttachVolume", &structs.ClientCSIControllerAttachVolumeRequest{
+		PluginID:        vol.PluginID,
+		VolumeID:        vol.RemoteID(),
+		ClientCSINodeID: claim.ExternalNodeID,
+		AccessMode:      claim.AccessMode,
+		AttachmentMode:  claim.AttachmentMode,
+		MountOptions:    vol.MountOptions,
+		ReadOnly:        claim.Mode == structs.CSIVolumeClaimRead,
+		Secrets:         vol.Secrets,
+		VolumeContext:   vol.Context,
+	}, &resp)
+	if err != nil {
+		return nil, structs.Wrap(err, "volume %q: allocation %q: controller publish", vol.ID, claim.AllocationID)
+	}
+	return resp.PublishContext, nil
+}
