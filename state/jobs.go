@@ -63,12 +63,33 @@ func upsertJobTxn(txn *memdb.Txn, index uint64, now int64, job *structs.Job) err
 		return nil
 	}
 	j.CreateIndex = existing.CreateIndex
-	j.Version = existing.Version + 1
+	j.Version = existing.Version
+	if existing.Stop || existing.Type != j.Type || !sameExceptCounts(existing.TaskGroups, j.TaskGroups) {
+		// A new version replaces the allocations of the old one; scaling a
+		// group up or down is not one, so running allocations stay.
+		j.Version++
+	}
 	j.Status = existing.Status
 	if j.Status == structs.JobStatusDead {
 		j.Status = structs.JobStatusPending
 	}
 	return insertJobTxn(txn, j)
+}
+
+// sameExceptCounts reports whether two versions of a job's groups differ at
+// most in their counts.
+func sameExceptCounts(a, b []*structs.TaskGroup) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i].Copy(), b[i].Copy()
+		x.Count, y.Count = 0, 0
+		if !reflect.DeepEqual(x, y) {
+			return false
+		}
+	}
+	return true
 }
 
 // DeregisterJob stops a job: its allocations get the stop desired status in

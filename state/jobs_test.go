@@ -43,20 +43,28 @@ func TestJobs_UpsertVersionsAndPlans(t *testing.T) {
 	must.Eq(t, []string{`volume "v" does not exist`}, j.Placement["g"].Blocked)
 	must.Eq(t, structs.JobStatusRunning, j.Status)
 
-	// A changed specification is a new version; a plan for the old one is
-	// refused.
+	// Scaling is a new registration but not a new version: running
+	// allocations stay. A plan for the old registration is refused.
 	v2 := testJob("web")
 	v2.TaskGroups[0].Count = 3
 	must.NoError(t, s.UpsertJob(13, 102, v2))
 	j, _ = s.JobByID(nil, "default", "web")
-	must.Eq(t, uint64(1), j.Version)
+	must.Eq(t, uint64(0), j.Version)
+	must.Eq(t, uint64(13), j.JobModifyIndex)
 	err = s.ApplyPlan(14, plan)
 	must.Eq(t, structs.ErrCodeConflict, structs.CodeOf(err))
+
+	// A changed task is a new version.
+	v3 := testJob("web")
+	v3.TaskGroups[0].Tasks[0].Config.Command = "/bin/false"
+	must.NoError(t, s.UpsertJob(15, 103, v3))
+	j, _ = s.JobByID(nil, "default", "web")
+	must.Eq(t, uint64(1), j.Version)
 
 	// A client status update refreshes the job's status.
 	done := alloc.Copy()
 	done.ClientStatus = structs.AllocClientStatusComplete
-	must.NoError(t, s.UpsertAllocs(15, []*structs.Allocation{done}))
+	must.NoError(t, s.UpsertAllocs(16, []*structs.Allocation{done}))
 	j, _ = s.JobByID(nil, "default", "web")
 	must.Eq(t, structs.JobStatusPending, j.Status)
 }
