@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"reflect"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -74,7 +75,7 @@ func upsertAllocTxn(txn *memdb.Txn, index uint64, alloc *structs.Allocation) err
 	}
 	a.CreateIndex, a.CreateTime = existing.CreateIndex, existing.CreateTime
 	a.ModifyIndex, a.ModifyTime = existing.ModifyIndex, existing.ModifyTime
-	if *a == *existing {
+	if reflect.DeepEqual(a, existing) {
 		return nil
 	}
 	a.ModifyIndex, a.ModifyTime = index, alloc.ModifyTime

@@ -1,0 +1,129 @@
+package server
+
+import (
+	"maps"
+
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/volplane/volplane/state"
+	"github.com/volplane/volplane/structs"
+)
+
+// GetClientAllocs returns the allocations placed on the calling node and
+// their jobs. Clients call it as a blocking query to learn of new, changed
+// and stopped allocations.
+func (e *Node) GetClientAllocs(args *structs.NodeClientAllocsRequest, reply *structs.NodeClientAllocsResponse) error {
+	if done, err := e.srv.forward("Node.GetClientAllocs", args, args, reply); done {
+		return err
+	}
+	if err := e.authenticate(args.NodeID, args.SecretID); err != nil {
+		return err
+	}
+	return e.srv.blockingQuery(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, st *state.StateStore) (uint64, error) {
+		allocs, err := st.AllocsByNode(ws, args.NodeID)
+		if err != nil {
+			return 0, err
+		}
+		reply.Allocs = []*structs.Allocation{}
+		reply.Jobs = map[string]*structs.Job{}
+		for _, a := range allocs {
+			reply.Allocs = append(reply.Allocs, a)
+			key := structs.JobKey(a.Namespace, a.JobID)
+			if _, ok := reply.Jobs[key]; ok {
+				continue
+			}
+			job, err := st.JobByID(ws, a.Namespace, a.JobID)
+			if err != nil {
+				return 0, err
+			}
+			if job != nil {
+				reply.Jobs[key] = job
+			}
+		}
+		return st.IndexWatch(ws, state.TableAllocs, state.TableJobs)
+	})
+}
+
+// UpdateAlloc records what a client reports about its allocations: their
+// client status and its progress with their volumes. It writes only what
+// changed. An allocation reported terminal has its volume claims released
+// in the same write (state does that).
+func (e *Node) UpdateAlloc(args *structs.NodeUpdateAllocRequest, reply *structs.GenericResponse) error {
+	if done, err := e.srv.forward("Node.UpdateAlloc", args, args, reply); done {
+		return err
+	}
+	if err := e.authenticate(args.NodeID, args.SecretID); err != nil {
+		return err
+	}
+	if len(args.Allocs) == 0 {
+		return structs.ErrInvalid("node %q: no allocation updates", args.NodeID)
+	}
+	st := e.srv.State()
+	var changed []*structs.Allocation
+	for _, u := range args.Allocs {
+		if u == nil || u.ID == "" {
+			return structs.ErrInvalid("node %q: an allocation update without an ID", args.NodeID)
+		}
+		switch u.ClientStatus {
+		case structs.AllocClientStatusPending, structs.AllocClientStatusRunning, structs.AllocClientStatusComplete,
+			structs.AllocClientStatusFailed:
+		default:
+			return structs.ErrInvalid("allocation %q: unknown client status %q", u.ID, u.ClientStatus)
+		}
+		a, err := st.AllocByID(nil, u.ID)
+		if err != nil {
+			return err
+		}
+		if a == nil {
+			return structs.ErrNotFound("allocation %q not found", u.ID)
+		}
+		if a.NodeID != args.NodeID {
+			return structs.NewError(structs.ErrCodePermissionDenied, "allocation %q runs on node %q, not %q", u.ID, a.NodeID, args.NodeID)
+		}
+		if a.ClientTerminal() && u.ClientStatus != a.ClientStatus {
+			// A terminal allocation stays terminal: its claims are being
+			// released.
+			continue
+		}
+		c := a.Copy()
+		c.ClientStatus, c.ClientDescription = u.ClientStatus, u.ClientDescription
+		if u.VolumeStates != nil {
+			c.VolumeStates = map[string]*structs.AllocVolumeState{}
+			for k, v := range u.VolumeStates {
+				vc := *v
+				c.VolumeStates[k] = &vc
+			}
+		}
+		if c.ClientStatus == a.ClientStatus && c.ClientDescription == a.ClientDescription &&
+			maps.EqualFunc(c.VolumeStates, a.VolumeStates, func(x, y *structs.AllocVolumeState) bool { return *x == *y }) {
+			continue
+		}
+		changed = append(changed, c)
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	_, index, err := e.srv.raftApply(structs.AllocUpsertRequestType, &structs.AllocUpdateRequest{
+		Allocs: changed, Timestamp: structs.NowNano(),
+	})
+	if err != nil {
+		return err
+	}
+	reply.Index = index
+	return nil
+}
+
+// authenticate checks a node's secret.
+func (e *Node) authenticate(nodeID, secret string) error {
+	if nodeID == "" {
+		return structs.ErrInvalid("missing node ID")
+	}
+	node, err := e.srv.State().NodeByID(nil, nodeID)
+	if err != nil {
+		return err
+	}
+	if node == nil || !secretEqual(node.SecretID, secret) {
+		return structs.NewError(structs.ErrCodePermissionDenied, "node %q: unknown node or wrong node secret", nodeID)
+	}
+	return nil
+}
