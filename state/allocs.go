@@ -79,7 +79,16 @@ func upsertAllocTxn(txn *memdb.Txn, index uint64, alloc *structs.Allocation) err
 		return nil
 	}
 	a.ModifyIndex, a.ModifyTime = index, alloc.ModifyTime
-	return insertAllocTxn(txn, a)
+	if err := insertAllocTxn(txn, a); err != nil {
+		return err
+	}
+	// An allocation that just became terminal (reported so by its client,
+	// stopped by the servers, or lost with its node) gives up its claims in
+	// this same write: they become past claims for the release watcher.
+	if a.Terminal() && !existing.Terminal() {
+		return releaseAllocClaimsTxn(txn, index, a.ModifyTime, a)
+	}
+	return nil
 }
 
 func insertAllocTxn(txn *memdb.Txn, a *structs.Allocation) error {

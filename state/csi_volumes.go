@@ -36,6 +36,7 @@ func csiVolumesTableSchema() *memdb.TableSchema {
 				Name:    indexPluginID,
 				Indexer: &memdb.StringFieldIndex{Field: "PluginID"},
 			},
+			indexPastClaims: pastClaimsIndex(),
 		},
 	}
 }

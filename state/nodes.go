@@ -75,6 +75,13 @@ func updateNodeStatusTxn(txn *memdb.Txn, index uint64, req *structs.NodeUpdateSt
 	if req.CSINodePlugins != nil {
 		n.CSINodePlugins = copyInfoMap(req.CSINodePlugins)
 	}
+	if n.Status == structs.NodeStatusDown && existing.Status != structs.NodeStatusDown {
+		// Down beyond its grace period (the servers wait that long before
+		// saying so): what ran there is lost and its claims are released.
+		if err := loseNodeAllocsTxn(txn, index, req.UpdatedAt, n.ID); err != nil {
+			return err
+		}
+	}
 	return writeNodeTxn(txn, index, existing, n)
 }
 

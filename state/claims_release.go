@@ -1,0 +1,131 @@
+package state
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// indexPastClaims indexes volumes by whether they have claims being
+// released, so the release watcher finds its work without reading every
+// volume, and a change to a volume without past claims never wakes it.
+const indexPastClaims = "past_claims"
+
+func pastClaimsIndex() *memdb.IndexSchema {
+	return &memdb.IndexSchema{
+		Name: indexPastClaims,
+		Indexer: &memdb.ConditionalIndex{Conditional: func(obj any) (bool, error) {
+			return len(obj.(*structs.CSIVolume).PastClaims) > 0, nil
+		}},
+	}
+}
+
+// CSIVolumesWithPastClaims iterates over the raw stored rows of every volume
+// with a claim being released. The watch it adds fires only when that set,
+// or one of its members, changes.
+func (s *StateStore) CSIVolumesWithPastClaims(ws memdb.WatchSet) (memdb.ResultIterator, error) {
+	return getWatch(s.db.Txn(false), ws, TableCSIVolumes, indexPastClaims, true)
+}
+
+// releaseAllocClaimsTxn turns every claim an allocation holds into a past
+// claim in state unpublishing, keeping everything the release needs (node,
+// provider node ID, modes, publish context). The live claim stays until the
+// release frees it, so the volume stays in use until then. It is called in
+// the write that makes the allocation terminal.
+func releaseAllocClaimsTxn(txn *memdb.Txn, index uint64, now int64, alloc *structs.Allocation) error {
+	vols, err := claimedVolumesTxn(txn, alloc)
+	if err != nil {
+		return err
+	}
+	for _, existing := range vols {
+		held := existing.WriteClaims[alloc.ID]
+		if held == nil {
+			held = existing.ReadClaims[alloc.ID]
+		}
+		if held == nil || existing.PastClaims[alloc.ID] != nil {
+			continue
+		}
+		v := existing.Copy()
+		past := held.Copy()
+		past.State = structs.CSIVolumeClaimStateUnpublishing
+		if v.PastClaims == nil {
+			v.PastClaims = map[string]*structs.CSIVolumeClaim{}
+		}
+		v.PastClaims[alloc.ID] = past
+		v.ModifyIndex, v.ModifyTime = index, now
+		if err := insertVolumeTxn(txn, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// claimedVolumesTxn finds the volumes an allocation may hold claims on:
+// those its group asks for, resolved for the allocation; when its job is
+// gone, every volume (rare, and correct rather than fast).
+func claimedVolumesTxn(txn *memdb.Txn, alloc *structs.Allocation) ([]*structs.CSIVolume, error) {
+	var out []*structs.CSIVolume
+	job, err := jobByIDTxn(txn, nil, alloc.Namespace, alloc.JobID)
+	if err != nil {
+		return nil, err
+	}
+	var tg *structs.TaskGroup
+	if job != nil {
+		tg = job.LookupTaskGroup(alloc.TaskGroup)
+	}
+	if tg != nil {
+		seen := map[string]bool{}
+		for _, alias := range slices.Sorted(maps.Keys(tg.Volumes)) {
+			id := tg.Volumes[alias].VolumeID(alloc.Name)
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			v, err := volumeByIDTxn(txn, nil, alloc.Namespace, id)
+			if err != nil {
+				return nil, err
+			}
+			if v != nil {
+				out = append(out, v)
+			}
+		}
+		return out, nil
+	}
+	iter, err := volumesByNamespaceTxn(txn, nil, alloc.Namespace, "")
+	if err != nil {
+		return nil, err
+	}
+	for raw := iter.Next(); raw != nil; raw = iter.Next() {
+		v := raw.(*structs.CSIVolume)
+		if v.ReadClaims[alloc.ID] != nil || v.WriteClaims[alloc.ID] != nil {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// loseNodeAllocsTxn marks the live allocations of a node that went down as
+// lost, which releases their claims: the node's side of the release will be
+// skipped by the watcher, the controller's still runs.
+func loseNodeAllocsTxn(txn *memdb.Txn, index uint64, now int64, nodeID string) error {
+	allocs, err := collectAllocs(txn, nil, indexNode, nodeID)
+	if err != nil {
+		return err
+	}
+	for _, a := range allocs {
+		if a.ClientTerminal() {
+			continue
+		}
+		c := a.Copy()
+		c.ClientStatus = structs.AllocClientStatusLost
+		c.ClientDescription = "node is down"
+		c.ModifyTime = now
+		if err := upsertAllocTxn(txn, index, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,108 @@
+package state
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-memdb"
+	"github.com/shoenig/test/must"
+
+	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/testutil"
+)
+
+// claimSetup registers a node, a volume and a job whose allocation holds a
+// write claim on it.
+func claimSetup(t *testing.T) (*StateStore, *structs.Node, *structs.CSIVolume, *structs.Allocation) {
+	t.Helper()
+	s := TestStateStore(t)
+	node := testutil.NodeWithController("dev")
+	must.NoError(t, s.UpsertNode(10, node))
+	vol := testutil.CSIVolume("dev")
+	must.NoError(t, s.UpsertCSIVolume(11, []*structs.CSIVolume{vol}))
+	job := testJob("web")
+	job.TaskGroups[0].Volumes = map[string]*structs.VolumeRequest{"data": {Name: "data", Type: "csi", Source: vol.ID,
+		AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem}}
+	must.NoError(t, s.UpsertJob(12, 100, job))
+	alloc := &structs.Allocation{ID: "a1", Namespace: "default", Name: "web.g[0]", JobID: "web", TaskGroup: "g",
+		NodeID: node.ID, DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning}
+	must.NoError(t, s.UpsertAllocs(13, []*structs.Allocation{alloc}))
+	must.NoError(t, s.CSIVolumeClaim(14, 200, "default", vol.ID, &structs.CSIVolumeClaim{
+		AllocationID: "a1", NodeID: node.ID, ExternalNodeID: "ext-" + node.ID, Mode: structs.CSIVolumeClaimWrite,
+		AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem,
+		PublishContext: map[string]string{"device": "/dev/x"},
+	}))
+	return s, node, vol, alloc
+}
+
+func pastClaim(t *testing.T, s *StateStore, vol *structs.CSIVolume) *structs.CSIVolumeClaim {
+	t.Helper()
+	v, err := s.CSIVolumeByID(nil, "default", vol.ID)
+	must.NoError(t, err)
+	return v.PastClaims["a1"]
+}
+
+func TestRelease_TerminalAllocReleasesItsClaims(t *testing.T) {
+	s, node, vol, alloc := claimSetup(t)
+
+	ws := memdb.NewWatchSet()
+	iter, err := s.CSIVolumesWithPastClaims(ws)
+	must.NoError(t, err)
+	must.Nil(t, iter.Next())
+
+	done := alloc.Copy()
+	done.ClientStatus = structs.AllocClientStatusComplete
+	must.NoError(t, s.UpsertAllocs(16, []*structs.Allocation{done}))
+	must.False(t, ws.Watch(time.After(5*time.Second)), must.Sprint("a release wakes the watcher"))
+
+	// Once there is work, a write to a volume without past claims does not
+	// wake a watcher waiting on the volumes with past claims. (While there
+	// are none, memdb watches the index's root, and any volume write wakes
+	// it once: the watcher then finds nothing, at no cost.)
+	ws = memdb.NewWatchSet()
+	_, err = s.CSIVolumesWithPastClaims(ws)
+	must.NoError(t, err)
+	must.NoError(t, s.UpsertCSIVolume(17, []*structs.CSIVolume{testutil.CSIVolume("dev")}))
+	must.True(t, ws.Watch(time.After(50*time.Millisecond)), must.Sprint("an unrelated volume woke the watcher"))
+
+	past := pastClaim(t, s, vol)
+	must.NotNil(t, past)
+	must.Eq(t, structs.CSIVolumeClaimStateUnpublishing, past.State)
+	must.Eq(t, "ext-"+node.ID, past.ExternalNodeID, must.Sprint("the release keeps what it needs"))
+	must.Eq(t, "/dev/x", past.PublishContext["device"])
+	v, _ := s.CSIVolumeByID(nil, "default", vol.ID)
+	must.NotNil(t, v.WriteClaims["a1"], must.Sprint("the volume stays in use until the claim is freed"))
+
+	iter, err = s.CSIVolumesWithPastClaims(nil)
+	must.NoError(t, err)
+	must.Eq(t, vol.ID, iter.Next().(*structs.CSIVolume).ID)
+	must.Nil(t, iter.Next())
+
+	// The release's last step frees it; the modes reset.
+	free := past.Copy()
+	free.State = structs.CSIVolumeClaimStateReadyToFree
+	must.NoError(t, s.CSIVolumeClaim(18, 300, "default", vol.ID, free))
+	v, _ = s.CSIVolumeByID(nil, "default", vol.ID)
+	must.False(t, v.InUse())
+	must.Eq(t, structs.CSIVolumeAccessModeUnknown, v.AccessMode)
+}
+
+func TestRelease_JobStopAndNodeDown(t *testing.T) {
+	t.Run("job stop", func(t *testing.T) {
+		s, _, vol, _ := claimSetup(t)
+		must.NoError(t, s.DeregisterJob(20, 400, "default", "web", false))
+		must.NotNil(t, pastClaim(t, s, vol))
+	})
+	t.Run("job purge", func(t *testing.T) {
+		s, _, vol, _ := claimSetup(t)
+		must.NoError(t, s.DeregisterJob(20, 400, "default", "web", true))
+		must.NotNil(t, pastClaim(t, s, vol))
+	})
+	t.Run("node down", func(t *testing.T) {
+		s, node, vol, _ := claimSetup(t)
+		must.NoError(t, s.UpdateNodeStatus(20, &structs.NodeUpdateStatusRequest{NodeID: node.ID, Status: structs.NodeStatusDown, UpdatedAt: 500}))
+		a, _ := s.AllocByID(nil, "a1")
+		must.Eq(t, structs.AllocClientStatusLost, a.ClientStatus)
+		must.NotNil(t, pastClaim(t, s, vol))
+	})
+}
