@@ -22,16 +22,40 @@ type agentEndpoint struct {
 	mu    sync.Mutex
 	calls []string
 	fail  structs.ErrorCode
+	// failOnly, when set, limits fail to calls whose record starts with it.
+	failOnly string
 }
 
 func (a *agentEndpoint) record(m string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.calls = append(a.calls, m)
-	if a.fail != "" {
+	if a.fail != "" && strings.HasPrefix(m, a.failOnly) {
 		return structs.NewError(a.fail, "told to fail")
 	}
 	return nil
+}
+
+func (a *agentEndpoint) setFail(code structs.ErrorCode, only string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.fail, a.failOnly = code, only
+}
+
+func (a *agentEndpoint) callsWith(prefix string) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, c := range a.calls {
+		if strings.HasPrefix(c, prefix) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (a *agentEndpoint) ControllerDetachVolume(args *structs.ClientCSIControllerDetachVolumeRequest, reply *structs.ClientCSIEmptyResponse) error {
+	return a.record("controller-detach:" + args.VolumeID + ":" + args.ClientCSINodeID)
 }
 
 func (a *agentEndpoint) ControllerAttachVolume(args *structs.ClientCSIControllerAttachVolumeRequest, reply *structs.ClientCSIControllerAttachVolumeResponse) error {

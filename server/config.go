@@ -60,6 +60,10 @@ type Config struct {
 	// leader would hold forwarded writes until yamux's keepalive gives up.
 	ServerRPCTimeout time.Duration
 
+	// ReleaseBaseDelay and ReleaseMaxDelay bound the backoff of a failed
+	// release step (defaults 1 s and 5 min).
+	ReleaseBaseDelay, ReleaseMaxDelay time.Duration
+
 	// ClientRPCTimeout bounds a call to a client agent (a CSI plugin call
 	// with its retries).
 	ClientRPCTimeout time.Duration

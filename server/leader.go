@@ -58,10 +58,14 @@ func (s *Server) establishLeadership() {
 		s.leaderMu.Unlock()
 		s.heartbeats.start()
 		defer s.heartbeats.stop()
-		s.leaderWG.Add(1)
+		s.leaderWG.Add(2)
 		go func() {
 			defer s.leaderWG.Done()
 			s.runPlacer(done)
+		}()
+		go func() {
+			defer s.leaderWG.Done()
+			s.runVolumeWatcher(done)
 		}()
 		s.leaderLoop(done)
 	}()

@@ -21,6 +21,7 @@ import (
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/server/httpapi"
 	"github.com/volplane/volplane/state"
+	"github.com/volplane/volplane/volumewatcher"
 )
 
 // Server is one server agent.
@@ -62,7 +63,9 @@ type Server struct {
 	heartbeats *heartbeats
 	nodeConns  *nodeConns
 	clientRPC  *clientrpc.Forwarder
-	sessions   sessionServers
+	// volumeWatcher releases past claims while this server leads.
+	volumeWatcher *volumewatcher.Watcher
+	sessions      sessionServers
 
 	shutdownCtx    context.Context
 	shutdownCancel context.CancelFunc
@@ -109,6 +112,12 @@ func NewServer(cfg *Config) (*Server, error) {
 	s.heartbeats = newHeartbeats(s)
 	s.nodeConns = newNodeConns()
 	s.clientRPC = clientrpc.New(s, cfg.ClientRPCTimeout, s.logger.Named("client_rpc"))
+	s.volumeWatcher = volumewatcher.New(volumewatcher.Config{
+		Backend:   watcherBackend{s},
+		Logger:    s.logger,
+		BaseDelay: cfg.ReleaseBaseDelay,
+		MaxDelay:  cfg.ReleaseMaxDelay,
+	})
 	s.sessions.byID = map[*yamux.Session]*netrpc.Server{}
 	if err := s.setupRaft(); err != nil {
 		return nil, err

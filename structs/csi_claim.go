@@ -70,6 +70,9 @@ type CSIVolumeClaim struct {
 	LastError   string
 	NextAttempt int64
 	ClaimedAt   int64
+	// Note says what the release did that is worth knowing, e.g. that the
+	// node step was skipped because the node is down.
+	Note string
 }
 
 // Copy returns a deep copy.

@@ -131,3 +131,17 @@ type CSIVolumeDeleteRequest struct {
 type CSIVolumeDeleteResponse struct {
 	QueryMeta
 }
+
+// CSIVolumeDetachRequest asks the servers to release now the claims a
+// volume has on a node (an operator's escape hatch).
+type CSIVolumeDetachRequest struct {
+	VolumeID string
+	NodeID   string
+	WriteRequest
+}
+
+// CSIVolumeDetachResponse lists each step the release took.
+type CSIVolumeDetachResponse struct {
+	Steps []string
+	QueryMeta
+}

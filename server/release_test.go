@@ -1,0 +1,199 @@
+package server
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/testutil"
+)
+
+// releaseSetup runs a job of one allocation holding a single-node-writer
+// claim on volume "rel" on a connected agent, and returns the agent and the
+// allocation.
+func releaseSetup(t *testing.T, servers []*Server) (*agentEndpoint, *structs.Node, *structs.Allocation) {
+	t.Helper()
+	leader := WaitForLeader(t, servers...)
+	node := testutil.NodeWithController("dev")
+	ep := &agentEndpoint{}
+	connectAgent(t, followers(servers, leader)[0], node, ep)
+	registerVolume(t, leader, namedVolume("rel"))
+	req := &structs.VolumeRequest{Source: "rel", AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter,
+		AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem}
+	must.NoError(t, registerJob(t, leader, volumeJob("holder", 1, &structs.VolumeRequest{Source: "rel",
+		AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter})))
+	var alloc *structs.Allocation
+	for _, a := range waitPlaced(t, leader, "holder", 1) {
+		alloc = a
+	}
+	_, err := claimFor(t, leader, node, alloc, "rel", req)
+	must.NoError(t, err)
+	return ep, node, alloc
+}
+
+func fastRelease(i int, c *Config) {
+	c.ReleaseBaseDelay, c.ReleaseMaxDelay = 50*time.Millisecond, 200*time.Millisecond
+}
+
+func waitFreed(t *testing.T, s *Server, volID string) *structs.CSIVolume {
+	t.Helper()
+	var vol *structs.CSIVolume
+	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
+		v, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, volID)
+		if err != nil {
+			return false, err
+		}
+		vol = v
+		return !v.InUse(), fmt.Errorf("volume still has claims: read %d write %d past %+v", len(v.ReadClaims), len(v.WriteClaims), v.PastClaims)
+	})
+	return vol
+}
+
+func TestRelease_JobStopDetachesNodeThenControllerAndFrees(t *testing.T) {
+	servers := TestCluster(t, 3, fastRelease)
+	ep, node, alloc := releaseSetup(t, servers)
+	leader := WaitForLeader(t, servers...)
+
+	must.NoError(t, leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "holder"}, &structs.JobDeregisterResponse{}))
+	vol := waitFreed(t, leader, "rel")
+	must.Eq(t, structs.CSIVolumeAccessModeUnknown, vol.AccessMode, must.Sprint("the modes reset once free"))
+
+	// Node detach on the allocation's node, then controller detach, in
+	// that order, once each.
+	must.Eq(t, []string{"node-detach:rel"}, ep.callsWith("node-detach"))
+	must.Eq(t, []string{"controller-detach:ext-rel:ext-" + node.ID}, ep.callsWith("controller-detach"))
+	var order []string
+	for _, c := range ep.callsWith("") {
+		if c == "node-detach:rel" || c == "controller-detach:ext-rel:ext-"+node.ID {
+			order = append(order, c)
+		}
+	}
+	must.Eq(t, []string{"node-detach:rel", "controller-detach:ext-rel:ext-" + node.ID}, order)
+
+	// The volume is claimable again by a new job.
+	req := &structs.VolumeRequest{Source: "rel", AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter,
+		AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem}
+	must.NoError(t, registerJob(t, leader, volumeJob("next", 1, &structs.VolumeRequest{Source: "rel",
+		AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter})))
+	for _, a := range waitPlaced(t, leader, "next", 1) {
+		_, err := claimFor(t, leader, node, a, "rel", req)
+		must.NoError(t, err)
+	}
+	_ = alloc
+}
+
+func TestRelease_NodePluginDownThenBack(t *testing.T) {
+	servers := TestCluster(t, 3, fastRelease)
+	ep, _, alloc := releaseSetup(t, servers)
+	leader := WaitForLeader(t, servers...)
+	ep.setFail(structs.ErrCodeRetryable, "node-detach")
+
+	must.NoError(t, leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "holder"}, &structs.JobDeregisterResponse{}))
+	// Attempts and the last error are visible while the node plugin fails.
+	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
+		v := getVolume(t, leader, "rel", false)
+		c := v.PastClaims[alloc.ID]
+		if c == nil {
+			return false, fmt.Errorf("no past claim yet")
+		}
+		return c.Attempts >= 3 && c.LastError != "" && c.NextAttempt > 0 &&
+			c.State == structs.CSIVolumeClaimStateUnpublishing, fmt.Errorf("past claim %+v", *c)
+	})
+	v := getVolume(t, leader, "rel", false)
+	must.StrContains(t, v.PastClaims[alloc.ID].LastError, "told to fail")
+	must.SliceEmpty(t, ep.callsWith("controller-detach"), must.Sprint("no controller step before the node step"))
+
+	ep.setFail("", "")
+	waitFreed(t, leader, "rel")
+	must.Len(t, 1, ep.callsWith("controller-detach"))
+}
+
+// The leader dies after the node step was checkpointed and before the
+// controller step succeeded: the new leader resumes at the controller step
+// and the node plugin sees no second unpublish.
+func TestRelease_ResumesAtControllerStepAfterFailover(t *testing.T) {
+	servers := TestCluster(t, 3, fastRelease)
+	ep, _, alloc := releaseSetup(t, servers)
+	leader := WaitForLeader(t, servers...)
+	ep.setFail(structs.ErrCodeRetryable, "controller-detach")
+
+	must.NoError(t, leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "holder"}, &structs.JobDeregisterResponse{}))
+	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
+		c := getVolume(t, leader, "rel", false).PastClaims[alloc.ID]
+		return c != nil && c.State == structs.CSIVolumeClaimStateNodeDetached && c.Attempts > 0, fmt.Errorf("past claim %+v", c)
+	})
+	must.Len(t, 1, ep.callsWith("node-detach"))
+
+	// The agent stays connected to a follower that survives.
+	var survivors []*Server
+	for _, s := range servers {
+		if s != leader {
+			survivors = append(survivors, s)
+		}
+	}
+	must.NoError(t, leader.Shutdown())
+	newLeader := WaitForLeaderOf(t, survivors)
+	ep.setFail("", "")
+	waitFreed(t, newLeader, "rel")
+	must.Len(t, 1, ep.callsWith("node-detach"), must.Sprint("the node plugin saw one unpublish"))
+	must.SliceNotEmpty(t, ep.callsWith("controller-detach"))
+}
+
+// A client killed while its allocation holds a volume: once its node is
+// down, the claim is released through the controller only.
+func TestRelease_NodeDownSkipsNodeStep(t *testing.T) {
+	servers := TestCluster(t, 3, func(i int, c *Config) {
+		fastRelease(i, c)
+		c.HeartbeatTTL, c.NodeGracePeriod = 200*time.Millisecond, 200*time.Millisecond
+	})
+	leader := WaitForLeader(t, servers...)
+	// The agent answers controller calls on another node; the claim's node
+	// is registered but never heartbeats.
+	ctrl := testutil.NodeWithController("dev")
+	ep := &agentEndpoint{}
+	connectAgent(t, leader, ctrl, ep)
+	stopHeartbeats := keepAlive(t, leader, ctrl)
+	defer stopHeartbeats()
+
+	registerVolume(t, leader, namedVolume("rel"))
+	silent := testutil.Node("dev")
+	silent.CSINodePlugins["dev"].RequiresControllerPlugin = true
+	var resp structs.NodeUpdateResponse
+	must.NoError(t, leader.RPC("Node.Register", &structs.NodeRegisterRequest{Node: silent}, &resp))
+	idx, _ := leader.State().LatestIndex()
+	alloc := &structs.Allocation{ID: "lost-1", Namespace: "default", Name: "x.g[0]", JobID: "x", TaskGroup: "g",
+		NodeID: silent.ID, DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning}
+	must.NoError(t, leader.State().UpsertAllocs(idx+1, []*structs.Allocation{alloc}))
+	must.NoError(t, leader.State().CSIVolumeClaim(idx+2, 1, "default", "rel", &structs.CSIVolumeClaim{
+		AllocationID: alloc.ID, NodeID: silent.ID, ExternalNodeID: "ext-silent", Mode: structs.CSIVolumeClaimWrite,
+		AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem,
+	}))
+
+	// Writing the claim straight into the leader's store (as a test may)
+	// is seen by the leader only; it is enough for its watcher.
+	waitFreed(t, leader, "rel")
+	must.SliceEmpty(t, ep.callsWith("node-detach"))
+	must.Eq(t, []string{"controller-detach:ext-rel:ext-silent"}, ep.callsWith("controller-detach"))
+}
+
+// keepAlive heartbeats a node until the returned func is called.
+func keepAlive(t *testing.T, s *Server, n *structs.Node) func() {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			_ = s.RPC("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{NodeID: n.ID, SecretID: n.SecretID,
+				Status: structs.NodeStatusReady}, &structs.NodeUpdateResponse{})
+		}
+	}()
+	return func() { close(stop); <-done }
+}

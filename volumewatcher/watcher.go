@@ -1,0 +1,223 @@
+// Package volumewatcher is the leader's release of volume claims. When an
+// allocation ends, its claims become past claims; the watcher takes each
+// through node-detach, then controller-detach, then frees it, with a Raft
+// checkpoint after every step so a new leader resumes where the old one
+// stopped. It is a keyed, rate-limited work queue with a few workers: no
+// goroutine per volume, one operation at a time per volume, failed steps
+// retried with exponential backoff and jitter.
+package volumewatcher
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// State is what the watcher reads.
+type State interface {
+	CSIVolumesWithPastClaims(ws memdb.WatchSet) (memdb.ResultIterator, error)
+	CSIVolumeByID(ws memdb.WatchSet, namespace, id string) (*structs.CSIVolume, error)
+	CSIPluginByID(ws memdb.WatchSet, id string) (*structs.CSIPlugin, error)
+	NodeByID(ws memdb.WatchSet, id string) (*structs.Node, error)
+	AllocByID(ws memdb.WatchSet, id string) (*structs.Allocation, error)
+	AbandonCh() <-chan struct{}
+}
+
+// Backend is the watcher's view of the server it runs in.
+type Backend interface {
+	// State is the current state store (a restore replaces it).
+	State() State
+	// NodeDetach runs ClientCSI.NodeDetachVolume on the claim's node.
+	NodeDetach(req *structs.ClientCSINodeDetachVolumeRequest) error
+	// ControllerDetach runs ClientCSI.ControllerDetachVolume on a controller.
+	ControllerDetach(req *structs.ClientCSIControllerDetachVolumeRequest) error
+	// Checkpoint writes a claim's release state through Raft.
+	Checkpoint(namespace, volumeID string, claim *structs.CSIVolumeClaim, now time.Time) error
+}
+
+// Hooks are told of release steps, for metrics.
+type Hooks struct {
+	Attempt func(step string)
+	Failure func(step string)
+}
+
+// Config configures a Watcher; zero values get production defaults.
+type Config struct {
+	Backend Backend
+	Logger  hclog.Logger
+	Clock   Clock
+	// Workers is how many volumes are released at once.
+	Workers int
+	// BaseDelay and MaxDelay bound the backoff of a failing step.
+	BaseDelay, MaxDelay time.Duration
+	Hooks               Hooks
+}
+
+// Watcher releases past claims. Run it on the leader only.
+type Watcher struct {
+	cfg    Config
+	logger hclog.Logger
+	clock  Clock
+
+	mu    sync.Mutex
+	queue *queue
+	seen  map[string]string // key -> signature of its past claims
+}
+
+// New returns a Watcher.
+func New(cfg Config) *Watcher {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
+	}
+	if cfg.BaseDelay <= 0 {
+		cfg.BaseDelay = time.Second
+	}
+	if cfg.MaxDelay <= 0 {
+		cfg.MaxDelay = 5 * time.Minute
+	}
+	return &Watcher{cfg: cfg, logger: cfg.Logger.Named("volumewatcher"), clock: cfg.Clock}
+}
+
+// Run releases claims until ctx ends (leadership lost or shutdown), then
+// waits for its workers. It first sweeps every volume with past claims,
+// so a new leader picks up what the old one left.
+func (w *Watcher) Run(ctx context.Context) {
+	q := newQueue(w.clock)
+	w.mu.Lock()
+	w.queue, w.seen = q, map[string]string{}
+	w.mu.Unlock()
+	defer func() {
+		q.Close()
+		w.mu.Lock()
+		w.queue = nil
+		w.mu.Unlock()
+	}()
+
+	var wg sync.WaitGroup
+	for i := 0; i < w.cfg.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.work(ctx, q)
+		}()
+	}
+	w.logger.Debug("enabled")
+	w.watch(ctx, q)
+	q.Close()
+	wg.Wait()
+	w.logger.Debug("disabled")
+}
+
+// QueueDepth is how many volumes wait for or are in a release.
+func (w *Watcher) QueueDepth() int {
+	w.mu.Lock()
+	q := w.queue
+	w.mu.Unlock()
+	if q == nil {
+		return 0
+	}
+	return q.Len()
+}
+
+// watch enqueues volumes whose past claims appeared or moved. A write that
+// only touched a claim's bookkeeping (attempts, last error, next attempt)
+// does not change the signature, so it neither wakes a volume early nor
+// resets its backoff.
+func (w *Watcher) watch(ctx context.Context, q *queue) {
+	for {
+		st := w.cfg.Backend.State()
+		ws := memdb.NewWatchSet()
+		ws.Add(st.AbandonCh())
+		iter, err := st.CSIVolumesWithPastClaims(ws)
+		if err != nil {
+			w.logger.Error("listing volumes with past claims", "error", err)
+		} else {
+			current := map[string]bool{}
+			for raw := iter.Next(); raw != nil; raw = iter.Next() {
+				v := raw.(*structs.CSIVolume)
+				k := key(v.Namespace, v.ID)
+				current[k] = true
+				sig := signature(v)
+				w.mu.Lock()
+				changed := w.seen[k] != sig
+				w.seen[k] = sig
+				w.mu.Unlock()
+				if changed {
+					q.Add(k)
+				}
+			}
+			w.mu.Lock()
+			for k := range w.seen {
+				if !current[k] {
+					delete(w.seen, k)
+				}
+			}
+			w.mu.Unlock()
+		}
+		if err := ws.WatchCtx(ctx); err != nil {
+			return
+		}
+	}
+}
+
+func (w *Watcher) work(ctx context.Context, q *queue) {
+	for {
+		k, ok := q.Get()
+		if !ok {
+			return
+		}
+		next, err := w.process(ctx, k, "", false)
+		if err != nil && ctx.Err() == nil {
+			w.logger.Debug("release step failed; retrying later", "volume", k, "error", err)
+		}
+		if !next.IsZero() {
+			q.AddAt(k, next)
+		}
+		q.Done(k)
+	}
+}
+
+func key(namespace, id string) string { return namespace + "/" + id }
+
+func splitKey(k string) (string, string) {
+	ns, id, _ := strings.Cut(k, "/")
+	return ns, id
+}
+
+// signature names a volume's past claims and their states.
+func signature(v *structs.CSIVolume) string {
+	var b strings.Builder
+	for _, id := range slices.Sorted(maps.Keys(v.PastClaims)) {
+		fmt.Fprintf(&b, "%s=%d;", id, v.PastClaims[id].State)
+	}
+	return b.String()
+}
+
+// backoff is the wait after a step failed attempts times: BaseDelay
+// doubling to MaxDelay, with 20% jitter either way so that many volumes
+// failing together do not retry together.
+func (w *Watcher) backoff(attempts int) time.Duration {
+	d := w.cfg.BaseDelay
+	for i := 1; i < attempts && d < w.cfg.MaxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, w.cfg.MaxDelay)
+	jitter := time.Duration(rand.Int64N(int64(d)/5*2+1)) - d/5
+	return d + jitter
+}
