@@ -102,7 +102,7 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 				if err := w.cfg.Backend.NodeDetach(&structs.ClientCSINodeDetachVolumeRequest{
 					PluginID: vol.PluginID, VolumeID: vol.ID, ExternalID: vol.RemoteID(),
 					AllocID: claim.AllocationID, AccessMode: claim.AccessMode, AttachmentMode: claim.AttachmentMode,
-					ReadOnly: claim.Mode == structs.CSIVolumeClaimRead,
+					ReadOnly:        claim.Mode == structs.CSIVolumeClaimRead,
 					ClientCSITarget: structs.ClientCSITarget{NodeID: claim.NodeID},
 					WriteRequest:    structs.WriteRequest{Namespace: vol.Namespace},
 				}); err != nil {
