@@ -138,3 +138,15 @@ func (v *Volumes) Delete(id string, secrets map[string]string, w *WriteOptions) 
 	}
 	return v.c.write(r, nil)
 }
+
+// Detach releases now the volume's claims on a node and returns the steps
+// the release took.
+func (v *Volumes) Detach(id, nodeID string, w *WriteOptions) ([]string, error) {
+	r := v.c.newWrite(http.MethodDelete, "/v1/volume/csi/"+escape(id)+"/detach", w)
+	r.params.Set("node", nodeID)
+	var out struct{ Steps []string }
+	if _, err := v.c.write(r, &out); err != nil {
+		return nil, err
+	}
+	return out.Steps, nil
+}

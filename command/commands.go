@@ -92,6 +92,7 @@ func builtinCommands(ui cli.Ui, stdin io.Reader) map[string]cli.CommandFactory {
 			return &VolumeCreateCommand{Meta: meta(), Stdin: stdin}, nil
 		},
 		"volume delete": func() (cli.Command, error) { return &VolumeDeleteCommand{Meta: meta()}, nil },
+		"volume detach": func() (cli.Command, error) { return &VolumeDetachCommand{Meta: meta()}, nil },
 		"volume status": func() (cli.Command, error) { return &VolumeStatusCommand{Meta: meta()}, nil },
 		"plugin": parent("plugin", "Inspect CSI plugins",
 			"Inspect the CSI plugins the client nodes run. Plugins are derived from\n  the nodes' fingerprints; they are never registered by hand."),

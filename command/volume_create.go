@@ -123,3 +123,42 @@ type stringSlice []string
 
 func (s *stringSlice) String() string     { return strings.Join(*s, ",") }
 func (s *stringSlice) Set(v string) error { *s = append(*s, v); return nil }
+
+// VolumeDetachCommand releases a volume's claims on a node now.
+type VolumeDetachCommand struct{ Meta }
+
+func (c *VolumeDetachCommand) Synopsis() string { return "Release a volume's claims on a node now" }
+
+func (c *VolumeDetachCommand) Help() string {
+	return helpText(`
+Usage: volplane volume detach [options] <volume> <node>
+
+  Runs the release of the volume's claims on the node now, ignoring any
+  backoff: node unpublish (skipped when the node is down or gone), then
+  controller unpublish, then the claim is freed. Prints each step. A claim
+  whose allocation still runs on a ready node is refused.
+`, "", FlagSetClient|FlagSetNamespace)
+}
+
+func (c *VolumeDetachCommand) Run(args []string) int {
+	f := c.FlagSet("volume detach", FlagSetClient|FlagSetNamespace)
+	if ok, code := c.Parse(c, f, args); !ok {
+		return code
+	}
+	if f.NArg() != 2 {
+		return c.UsageError(c, "This command takes two arguments: <volume> <node>")
+	}
+	client, err := c.Client()
+	if err != nil {
+		return c.Fail("creating client", err)
+	}
+	steps, err := client.Volumes().Detach(f.Arg(0), f.Arg(1), c.WriteOptions())
+	for _, s := range steps {
+		c.Ui.Output(s)
+	}
+	if err != nil {
+		return c.Fail("detaching volume", err)
+	}
+	c.Ui.Output(fmt.Sprintf("Volume %q detached from node %q", f.Arg(0), f.Arg(1)))
+	return 0
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/api"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
@@ -196,4 +197,39 @@ func keepAlive(t *testing.T, s *Server, n *structs.Node) func() {
 		}
 	}()
 	return func() { close(stop); <-done }
+}
+
+// An operator's detach refuses a claim of a running allocation, and runs a
+// backed-off release now, reporting each step, over the HTTP API.
+func TestRelease_OperatorDetach(t *testing.T) {
+	servers := TestCluster(t, 3, func(i int, c *Config) {
+		// Long backoff: only the operator's detach can release it soon.
+		c.ReleaseBaseDelay, c.ReleaseMaxDelay = time.Hour, time.Hour
+	})
+	ep, node, alloc := releaseSetup(t, servers)
+	leader := WaitForLeader(t, servers...)
+	client, err := api.NewClient(api.Config{Address: "http://" + followers(servers, leader)[1].HTTPAddr()})
+	must.NoError(t, err)
+
+	_, err = client.Volumes().Detach("rel", node.ID, nil)
+	must.ErrorContains(t, err, "still runs on node")
+
+	ep.setFail(structs.ErrCodeRetryable, "node-detach")
+	must.NoError(t, leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "holder"}, &structs.JobDeregisterResponse{}))
+	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
+		c := getVolume(t, leader, "rel", false).PastClaims[alloc.ID]
+		return c != nil && c.Attempts == 1, fmt.Errorf("past claim %+v", c)
+	})
+	ep.setFail("", "")
+	steps, err := client.Volumes().Detach("rel", node.ID, nil)
+	must.NoError(t, err)
+	must.Eq(t, []string{
+		fmt.Sprintf("node detach of allocation %q on node %q done", alloc.ID, node.ID),
+		fmt.Sprintf("controller detach of allocation %q from node %q done", alloc.ID, node.ID),
+		fmt.Sprintf("claim of allocation %q freed", alloc.ID),
+	}, steps)
+	must.False(t, getVolume(t, leader, "rel", false).InUse())
+
+	_, err = client.Volumes().Detach("rel", node.ID, nil)
+	must.ErrorContains(t, err, "has no claim on node")
 }

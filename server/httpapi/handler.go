@@ -129,6 +129,7 @@ func (h *handler) routes() {
 		"PUT /v1/volume/csi/{id}/create":      h.volumeCreate,
 		"POST /v1/volume/csi/{id}/create":     h.volumeCreate,
 		"DELETE /v1/volume/csi/{id}/delete":   h.volumeDelete,
+		"DELETE /v1/volume/csi/{id}/detach":   h.volumeDetach,
 		"GET /v1/plugins":                     h.pluginList,
 		"GET /v1/plugin/csi/{id}":             h.pluginGet,
 		"GET /v1/nodes":                       h.nodeList,

@@ -191,3 +191,27 @@ func (h *handler) volumeDeregister(w http.ResponseWriter, r *http.Request) (any,
 	setIndex(w, reply.Index)
 	return &VolumeDeregisterResponse{Warnings: reply.Warnings, Index: reply.Index}, nil
 }
+
+// volumeDetach serves DELETE /v1/volume/csi/:id/detach?node=ID: the release
+// of the volume's claims on that node, run now; the answer lists each step.
+func (h *handler) volumeDetach(w http.ResponseWriter, r *http.Request) (any, error) {
+	args := structs.CSIVolumeDetachRequest{VolumeID: r.PathValue("id")}
+	v, err := parseWriteRequest(r, &args.WriteRequest)
+	if err != nil {
+		return nil, err
+	}
+	args.NodeID = v.Get("node")
+	if args.NodeID == "" {
+		return nil, structs.ErrInvalid("missing ?node= the volume is to be detached from")
+	}
+	var reply structs.CSIVolumeDetachResponse
+	if err := h.backend.RPC("CSIVolume.Detach", &args, &reply); err != nil {
+		return nil, err
+	}
+	return &VolumeDetachResponse{Steps: reply.Steps}, nil
+}
+
+// VolumeDetachResponse is the body of a detach: the steps the release took.
+type VolumeDetachResponse struct {
+	Steps []string
+}
