@@ -216,8 +216,15 @@ func formatClaims(v *structs.CSIVolume, verbose bool) string {
 			if cl == nil {
 				continue
 			}
+			lastError := cl.LastError
+			if cl.Note != "" {
+				// What the release did that is worth knowing, such as a
+				// node step skipped because the node is down.
+				lastError = strings.TrimSpace(cl.Note + "; " + lastError)
+				lastError = strings.TrimSuffix(lastError, ";")
+			}
 			rows = append(rows, []string{kind, shortID(id, verbose), shortID(cl.NodeID, verbose), cl.Mode.String(),
-				string(cl.AccessMode), cl.State.String(), strconv.Itoa(cl.Attempts), cl.LastError, unixNano(cl.NextAttempt)})
+				string(cl.AccessMode), cl.State.String(), strconv.Itoa(cl.Attempts), lastError, unixNano(cl.NextAttempt)})
 		}
 	}
 	add("read", v.ReadClaims)
