@@ -142,6 +142,12 @@ func (q *queue) Acquire(key string, cancel <-chan struct{}) bool {
 		}
 		if !q.processing[key] {
 			q.processing[key] = true
+			// A key waiting to be handed out would otherwise go to a
+			// worker while it is held: it waits for Done instead.
+			if at, ok := q.ready[key]; ok {
+				delete(q.ready, key)
+				q.dirty[key] = at
+			}
 			q.mu.Unlock()
 			return true
 		}
