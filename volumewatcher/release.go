@@ -41,6 +41,7 @@ func (w *Watcher) process(ctx context.Context, k, nodeID string, force bool, rep
 		return time.Time{}, nil
 	}
 	var next time.Time
+	var firstErr error
 	for _, allocID := range slices.Sorted(maps.Keys(vol.PastClaims)) {
 		if ctx.Err() != nil {
 			return time.Time{}, ctx.Err()
@@ -61,10 +62,16 @@ func (w *Watcher) process(ctx context.Context, k, nodeID string, force bool, rep
 			due := w.recordFailure(ns, vol, claim, err)
 			say("claim of allocation %q: %v (attempt %d; next at %s)", allocID, structs.MessageOf(err), claim.Attempts,
 				due.Format(time.RFC3339))
-			return earliest(next, due), err
+			// The other claims go on: a claim failing on its node must not
+			// hold back those on other nodes (its retry time would come
+			// first every time, and it would fail first again).
+			next = earliest(next, due)
+			if firstErr == nil {
+				firstErr = err
+			}
 		}
 	}
-	return next, nil
+	return next, firstErr
 }
 
 func earliest(a, b time.Time) time.Time {
