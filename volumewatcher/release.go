@@ -59,6 +59,12 @@ func (w *Watcher) process(ctx context.Context, k, nodeID string, force bool, rep
 			if ctx.Err() != nil {
 				return time.Time{}, ctx.Err()
 			}
+			if cur, rerr := w.cfg.Backend.State().CSIVolumeByID(nil, ns, id); rerr == nil && cur == nil {
+				// Deregistered during the step (its checkpoint found no
+				// volume): nothing left to release or to retry.
+				say("volume %q is gone", id)
+				return time.Time{}, nil
+			}
 			due := w.recordFailure(ns, vol, claim, err)
 			say("claim of allocation %q: %v (attempt %d; next at %s)", allocID, structs.MessageOf(err), claim.Attempts,
 				due.Format(time.RFC3339))
