@@ -174,9 +174,27 @@ func (w *Watcher) needsControllerDetach(st State, vol *structs.CSIVolume, claim 
 	if plugin == nil || !plugin.ControllerRequired || !plugin.SupportsAttachDetach() {
 		return false, "the plugin's controller does not detach volumes", nil
 	}
-	for _, m := range []map[string]*structs.CSIVolumeClaim{vol.ReadClaims, vol.WriteClaims} {
+	// The volume as it is now: claims freed earlier in this pass are gone.
+	cur, err := st.CSIVolumeByID(nil, vol.Namespace, vol.ID)
+	if err != nil {
+		return false, "", err
+	}
+	if cur == nil {
+		return false, "", structs.ErrNotFound("volume %q not found", vol.ID)
+	}
+	for _, m := range []map[string]*structs.CSIVolumeClaim{cur.ReadClaims, cur.WriteClaims} {
 		for allocID, c := range m {
-			if allocID == claim.AllocationID || c.NodeID != claim.NodeID || vol.PastClaims[allocID] != nil {
+			if allocID == claim.AllocationID || c.NodeID != claim.NodeID {
+				continue
+			}
+			if past := cur.PastClaims[allocID]; past != nil {
+				// Another claim being released on the node is still
+				// published there until its node step is done: the
+				// controller must not detach before it (its release
+				// detaches instead).
+				if past.State == structs.CSIVolumeClaimStateTaken || past.State == structs.CSIVolumeClaimStateUnpublishing {
+					return false, fmt.Sprintf("allocation %q on the same node is not node-detached yet", allocID), nil
+				}
 				continue
 			}
 			a, err := st.AllocByID(nil, allocID)
