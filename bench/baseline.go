@@ -51,11 +51,11 @@ type baselineNode struct {
 }
 
 // startBaseline starts the cluster, bootstrapped with all three nodes as
-// voters, and waits for a leader. Every entry applied is entryBytes long.
+// voters, and waits for a leader. Every entry applied is entryBytes long
+// until setEntryBytes.
 func startBaseline(ctx context.Context, cfg *Config, dir string, entryBytes int) (_ *baseline, err error) {
-	b := &baseline{entry: make([]byte, entryBytes)}
-	// Random bytes, so nothing on the way gets to compress them.
-	rand.Read(b.entry)
+	b := &baseline{}
+	b.setEntryBytes(entryBytes)
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, b.close())
@@ -151,6 +151,14 @@ func (b *baseline) agreedLeader() *raft.Raft {
 		}
 	}
 	return nil
+}
+
+// setEntryBytes makes every entry applied from now on n bytes long; not
+// while applies are in flight.
+func (b *baseline) setEntryBytes(n int) {
+	b.entry = make([]byte, n)
+	// Random bytes, so nothing on the way gets to compress them.
+	rand.Read(b.entry)
 }
 
 // apply commits one entry through the leader.

@@ -1,7 +1,8 @@
-// Package bench measures the server core: volume registration through the
-// leader of an in-process 3-server cluster, paired with a bare hashicorp/raft
-// cluster on the same kind of storage as its baseline, and the volume list
-// endpoint with thousands of volumes. `volplane bench` runs it.
+// Package bench measures the server core: volume registration and volume
+// claims through the leader of an in-process 3-server cluster, each paired
+// with a bare hashicorp/raft cluster on the same kind of storage as its
+// baseline, claims the leader must refuse without a Raft entry, and the
+// volume list endpoint with thousands of volumes. `volplane bench` runs it.
 //
 // The disk of a shared machine is noisy (fsync latency can swing tenfold
 // within a minute), so an absolute figure alone says little. Every volplane
@@ -27,14 +28,29 @@ const (
 	// PhaseRegister is CSIVolume.Register through the leader, with its
 	// paired baseline.
 	PhaseRegister = "register"
+	// PhaseClaim is CSIVolume.Claim through the leader, each claim for a
+	// volume of its own, with its paired baseline, followed by the refused
+	// claims (PhaseClaimRefused).
+	PhaseClaim = "claim"
 	// PhaseList is GET /v1/volumes against the leader's HTTP API.
 	PhaseList = "list"
 )
 
-// Result phases besides PhaseRegister and PhaseList.
+// phaseOrder is the order the phases run in, whatever the order of
+// Config.Phases. The list phase runs before the claim phase, which leaves
+// its volumes registered and claimed (releasing claims takes stopping the
+// jobs and the servers' release steps): with them the list phase would not
+// know how many volumes it lists.
+var phaseOrder = []string{PhaseRegister, PhaseList, PhaseClaim}
+
+// Result phases besides PhaseRegister, PhaseClaim and PhaseList.
 const (
-	// PhaseBaseline is raft.Apply on the bare raft cluster.
+	// PhaseBaseline is raft.Apply on the bare raft cluster, with entries of
+	// the size of the phase it is paired with.
 	PhaseBaseline = "baseline"
+	// PhaseClaimRefused is claims the leader refuses with max claims; their
+	// result counts the Raft entries they added, which must be none.
+	PhaseClaimRefused = "claim-refused"
 	// PhaseApply is raft.Apply of register entries on the volplane leader
 	// (Config.Breakdown).
 	PhaseApply = "raft+fsm"
@@ -46,8 +62,11 @@ const (
 	// throughput volplane must reach with Config.Writers writers.
 	TargetThroughputRatio = 0.5
 	// TargetP99Ratio is the most volplane's p99 may be, as a multiple of
-	// the baseline's p99 at the same concurrency.
+	// the baseline's p99 at the same concurrency; the same for claims.
 	TargetP99Ratio = 2.0
+	// ClaimTargetThroughputRatio is the least share of the baseline's
+	// throughput claims must reach with Config.Writers claimers.
+	ClaimTargetThroughputRatio = 0.4
 )
 
 // ListTargetP50 is the p50 that listing n volumes must stay under; 0 means
@@ -69,7 +88,8 @@ type Config struct {
 	// Writers concurrent writers; SerialOps the number with one writer.
 	Ops       int
 	SerialOps int
-	// Writers is the concurrency of the concurrent level.
+	// Writers is the concurrency of the concurrent level, of registrations
+	// and of claims alike.
 	Writers int
 	// Rounds splits each level's ops into this many alternating
 	// baseline/volplane chunks, so that a slow minute of the disk hits
@@ -84,7 +104,18 @@ type Config struct {
 	// filling the state for the list phase.
 	ListBatch int
 
-	// Phases selects what runs: PhaseRegister, PhaseList.
+	// ClaimOps is the number of claims (and baseline applies) with Writers
+	// concurrent claimers; ClaimSerialOps the number with one claimer.
+	// Every claim takes a volume of its own, set up beforehand.
+	ClaimOps       int
+	ClaimSerialOps int
+	// RefusedClaims is the number of claims, sent with Writers claimers
+	// after the measured ones, that the leader must refuse with max claims
+	// and without a Raft entry. It may not exceed the measured claims: each
+	// is for a volume one of them took.
+	RefusedClaims int
+
+	// Phases selects what runs: PhaseRegister, PhaseClaim, PhaseList.
 	Phases []string
 	// Breakdown adds a third side to each register round: raft.Apply of
 	// the leader-encoded register entry on the volplane leader, which is
@@ -102,18 +133,21 @@ type Config struct {
 }
 
 // DefaultConfig returns the sizes of `volplane bench` without flags: about
-// a minute on two cores. Fewer ops finish in seconds, but one slow stretch
-// of the disk then decides the ratios.
+// a minute and a half on two cores. Fewer ops finish in seconds, but one
+// slow stretch of the disk then decides the ratios.
 func DefaultConfig() Config {
 	return Config{
-		Ops:          40000,
-		SerialOps:    8000,
-		Writers:      64,
-		Rounds:       5,
-		ListSizes:    []int{1_000, 10_000},
-		ListRequests: 50,
-		ListBatch:    500,
-		Phases:       []string{PhaseRegister, PhaseList},
+		Ops:            40000,
+		SerialOps:      8000,
+		Writers:        64,
+		Rounds:         5,
+		ClaimOps:       8000,
+		ClaimSerialOps: 1500,
+		RefusedClaims:  1000,
+		ListSizes:      []int{1_000, 10_000},
+		ListRequests:   50,
+		ListBatch:      500,
+		Phases:         []string{PhaseRegister, PhaseClaim, PhaseList},
 	}
 }
 
@@ -130,6 +164,15 @@ func (c *Config) normalize() error {
 	}
 	if c.Rounds == 0 {
 		c.Rounds = d.Rounds
+	}
+	if c.ClaimOps == 0 {
+		c.ClaimOps = d.ClaimOps
+	}
+	if c.ClaimSerialOps == 0 {
+		c.ClaimSerialOps = d.ClaimSerialOps
+	}
+	if c.RefusedClaims == 0 {
+		c.RefusedClaims = d.RefusedClaims
 	}
 	if c.ListSizes == nil {
 		c.ListSizes = d.ListSizes
@@ -149,13 +192,25 @@ func (c *Config) normalize() error {
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
+	for _, p := range c.Phases {
+		if !slices.Contains(phaseOrder, p) {
+			return fmt.Errorf("unknown phase %q: want %s, %s or %s", p, PhaseRegister, PhaseClaim, PhaseList)
+		}
+	}
 	switch {
 	case c.Ops < 0 || c.SerialOps < 0 || c.Writers < 0 || c.Rounds < 0 ||
+		c.ClaimOps < 0 || c.ClaimSerialOps < 0 || c.RefusedClaims < 0 ||
 		c.ListRequests < 0 || c.ListBatch < 0:
 		return errors.New("sizes must not be negative")
-	case c.Rounds > c.Ops || c.Rounds > c.SerialOps:
+	case c.runs(PhaseRegister) && (c.Rounds > c.Ops || c.Rounds > c.SerialOps):
 		return fmt.Errorf("rounds (%d) must not exceed the op counts (%d, %d): every round needs an op",
 			c.Rounds, c.SerialOps, c.Ops)
+	case c.runs(PhaseClaim) && (c.Rounds > c.ClaimOps || c.Rounds > c.ClaimSerialOps):
+		return fmt.Errorf("rounds (%d) must not exceed the claim counts (%d, %d): every round needs a claim",
+			c.Rounds, c.ClaimSerialOps, c.ClaimOps)
+	case c.runs(PhaseClaim) && c.RefusedClaims > c.ClaimOps+c.ClaimSerialOps:
+		return fmt.Errorf("refused claims (%d) must not exceed the measured claims (%d): each is for a volume one of them took",
+			c.RefusedClaims, c.ClaimOps+c.ClaimSerialOps)
 	}
 	prev := 0
 	for _, n := range c.ListSizes {
@@ -163,11 +218,6 @@ func (c *Config) normalize() error {
 			return fmt.Errorf("list sizes must be positive and increasing (got %v)", c.ListSizes)
 		}
 		prev = n
-	}
-	for _, p := range c.Phases {
-		if p != PhaseRegister && p != PhaseList {
-			return fmt.Errorf("unknown phase %q: want %s or %s", p, PhaseRegister, PhaseList)
-		}
 	}
 	return nil
 }
@@ -217,24 +267,34 @@ func run(ctx context.Context, cfg *Config, dir string, rep *Report) (err error) 
 		return err
 	}
 
-	if cfg.runs(PhaseRegister) {
+	// One baseline cluster serves the register and the claim phases, each
+	// with entries of its own size; it idles through the list phase.
+	var base *baseline
+	if cfg.runs(PhaseRegister) || cfg.runs(PhaseClaim) {
 		cfg.progress("starting a 3-node baseline raft cluster")
-		base, err := startBaseline(ctx, cfg, dir, vp.entryBytes)
-		if err != nil {
+		if base, err = startBaseline(ctx, cfg, dir, vp.entryBytes); err != nil {
 			return err
 		}
-		rep.EntryBytes = vp.entryBytes
-		err = runRegister(ctx, cfg, vp, base, rep)
-		cfg.progress("shutting the baseline cluster down")
-		if cerr := base.close(); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-		if err != nil {
-			return err
-		}
+		defer func() {
+			cfg.progress("shutting the baseline cluster down")
+			err = errors.Join(err, base.close())
+		}()
 	}
-	if cfg.runs(PhaseList) {
-		if err := runList(ctx, cfg, vp, rep); err != nil {
+	for _, phase := range phaseOrder {
+		if !cfg.runs(phase) {
+			continue
+		}
+		switch phase {
+		case PhaseRegister:
+			rep.EntryBytes = vp.entryBytes
+			base.setEntryBytes(vp.entryBytes)
+			err = runRegister(ctx, cfg, vp, base, rep)
+		case PhaseList:
+			err = runList(ctx, cfg, vp, rep)
+		case PhaseClaim:
+			err = runClaim(ctx, cfg, vp, base, rep)
+		}
+		if err != nil {
 			return err
 		}
 	}

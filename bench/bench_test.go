@@ -6,6 +6,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,15 +36,19 @@ func TestBenchSmoke(t *testing.T) {
 	code := command.RunWithUi([]string{"bench", "-json",
 		"-ops=40", "-serial-ops=20", "-writers=8", "-rounds=2",
 		"-list-sizes=50,100", "-list-requests=5", "-batch=40",
+		"-claim-ops=40", "-claim-serial-ops=20", "-refused-claims=30",
 		"-breakdown", "-dir=" + dir, "-log-level=warn"}, ui)
 	if code != 0 {
 		t.Fatalf("exit code %d; stderr:\n%s", code, ui.ErrorWriter.String())
 	}
 
 	var rep struct {
-		EntryBytes int `json:"entry_bytes"`
-		Results    []struct {
+		EntryBytes      int `json:"entry_bytes"`
+		ClaimEntryBytes int `json:"claim_entry_bytes"`
+		ClaimAllocs     int `json:"claim_allocs"`
+		Results         []struct {
 			Phase           string  `json:"phase"`
+			PairedWith      string  `json:"paired_with"`
 			Volumes         int     `json:"volumes"`
 			Concurrency     int     `json:"concurrency"`
 			Ops             int     `json:"ops"`
@@ -52,6 +57,8 @@ func TestBenchSmoke(t *testing.T) {
 			P99             float64 `json:"p99_ms"`
 			ThroughputRatio float64 `json:"throughput_ratio"`
 			P99Ratio        float64 `json:"p99_ratio"`
+			RaftBefore      uint64  `json:"raft_index_before"`
+			RaftAdded       *uint64 `json:"raft_entries_added"`
 			Pass            *bool   `json:"pass"`
 		} `json:"results"`
 	}
@@ -61,35 +68,50 @@ func TestBenchSmoke(t *testing.T) {
 	if rep.EntryBytes < 100 {
 		t.Errorf("entry_bytes = %d, want the size of an encoded register request", rep.EntryBytes)
 	}
-	type level struct {
-		phase         string
-		conc, volumes int
-		ops           int
+	if rep.ClaimEntryBytes < 100 || rep.ClaimEntryBytes == rep.EntryBytes {
+		t.Errorf("claim_entry_bytes = %d, want the size of an encoded claim request", rep.ClaimEntryBytes)
 	}
+	// 20 + 40 measured claims and a warm-up of 20 before each level, in
+	// groups of 20, and the rivals' group for the 30 refused claims: 5 + 2
+	// groups.
+	if rep.ClaimAllocs != 140 {
+		t.Errorf("claim_allocs = %d, want 140", rep.ClaimAllocs)
+	}
+	type level struct {
+		phase, pairedWith string
+		conc, volumes     int
+		ops               int
+	}
+	// The claim phase runs last, whatever the order of -phases.
 	want := []level{
-		{"baseline", 1, 0, 20}, {"register", 1, 0, 20}, {"raft+fsm", 1, 0, 20},
-		{"baseline", 8, 0, 40}, {"register", 8, 0, 40}, {"raft+fsm", 8, 0, 40},
-		{"list", 1, 50, 5}, {"list", 1, 100, 5},
+		{"baseline", "register", 1, 0, 20}, {"register", "", 1, 0, 20}, {"raft+fsm", "", 1, 0, 20},
+		{"baseline", "register", 8, 0, 40}, {"register", "", 8, 0, 40}, {"raft+fsm", "", 8, 0, 40},
+		{"list", "", 1, 50, 5}, {"list", "", 1, 100, 5},
+		{"baseline", "claim", 1, 0, 20}, {"claim", "", 1, 0, 20},
+		{"baseline", "claim", 8, 0, 40}, {"claim", "", 8, 0, 40},
+		{"claim-refused", "", 8, 0, 30},
 	}
 	if len(rep.Results) != len(want) {
 		t.Fatalf("got %d results, want %d:\n%s", len(rep.Results), len(want), ui.OutputWriter.String())
 	}
 	for i, w := range want {
 		r := rep.Results[i]
-		if got := (level{r.Phase, r.Concurrency, r.Volumes, r.Ops}); got != w {
+		if got := (level{r.Phase, r.PairedWith, r.Concurrency, r.Volumes, r.Ops}); got != w {
 			t.Errorf("result %d is %+v, want %+v", i, got, w)
 		}
 		if r.OpsPerSec <= 0 || r.P50 <= 0 || r.P99 < r.P50 {
 			t.Errorf("result %d (%s): implausible figures: %v ops/s, p50 %vms, p99 %vms", i, r.Phase, r.OpsPerSec, r.P50, r.P99)
 		}
-		if (r.Phase == "register" || r.Phase == "raft+fsm") && (r.ThroughputRatio <= 0 || r.P99Ratio <= 0) {
+		if (r.Phase == "register" || r.Phase == "raft+fsm" || r.Phase == "claim") && (r.ThroughputRatio <= 0 || r.P99Ratio <= 0) {
 			t.Errorf("result %d: %s without its comparison to the baseline: %+v", i, r.Phase, r)
 		}
-		if r.Phase == "register" && r.Pass == nil {
-			t.Errorf("result %d: register without a verdict", i)
+		if r.Phase != "baseline" && r.Phase != "raft+fsm" && r.Pass == nil {
+			t.Errorf("result %d: %s without a verdict", i, r.Phase)
 		}
-		if r.Phase == "list" && r.Pass == nil {
-			t.Errorf("result %d: list without a verdict", i)
+		// Refused claims write nothing: the verdict must be a pass here,
+		// whatever the machine, unlike the ratios.
+		if r.Phase == "claim-refused" && (r.RaftBefore == 0 || r.RaftAdded == nil || *r.RaftAdded != 0 || !*r.Pass) {
+			t.Errorf("result %d: refused claims added Raft entries (before %d, added %v)", i, r.RaftBefore, r.RaftAdded)
 		}
 	}
 	if !strings.Contains(ui.ErrorWriter.String(), "shutting the volplane cluster down") {
@@ -139,5 +161,29 @@ func TestBenchTable(t *testing.T) {
 	}
 	if !strings.HasPrefix(b.String(), "phase") {
 		t.Errorf("table without its header:\n%s", b.String())
+	}
+
+	// The refused claims' row shows the Raft entries they added, and a
+	// nonzero count is a missed target.
+	added, fail := uint64(3), false
+	rep = &bench.Report{ClaimEntryBytes: 300, Results: []bench.Result{{
+		Phase: bench.PhaseClaimRefused, Concurrency: 64, Ops: 1000,
+		RaftIndexBefore: 10, RaftIndexAfter: 13, RaftEntriesAdded: &added, Target: "0 Raft entries", Pass: &fail,
+	}}}
+	b.Reset()
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for line := range strings.Lines(b.String()) {
+		if strings.HasPrefix(line, bench.PhaseClaimRefused) {
+			row = line
+		}
+	}
+	if f := strings.Fields(row); len(f) < 3 || f[len(f)-1] != "MISS" || !slices.Contains(f, "3") {
+		t.Errorf("the refused claims' row does not show 3 entries and a MISS: %q\n%s", row, b.String())
+	}
+	if !strings.Contains(b.String(), "MISSED targets: claim-refused with 64 caller(s) (0 Raft entries)") {
+		t.Errorf("the missed target is not named:\n%s", b.String())
 	}
 }

@@ -102,6 +102,9 @@ func TestConfigNormalize(t *testing.T) {
 		{"decreasing sizes", Config{ListSizes: []int{100, 10}}, "increasing"},
 		{"unknown phase", Config{Phases: []string{"write"}}, `unknown phase "write"`},
 		{"more rounds than ops", Config{Ops: 2, SerialOps: 2, Rounds: 3}, "rounds"},
+		{"more rounds than claims", Config{Phases: []string{PhaseClaim}, ClaimOps: 2, ClaimSerialOps: 9, Rounds: 3}, "claim counts"},
+		{"rounds checked only for the phases that run", Config{Phases: []string{PhaseList}, ClaimOps: 2, Ops: 2, Rounds: 3}, ""},
+		{"more refused claims than claims", Config{ClaimOps: 10, ClaimSerialOps: 10, RefusedClaims: 21}, "refused claims (21)"},
 	} {
 		err := tc.cfg.normalize()
 		switch {

@@ -18,8 +18,17 @@ type Report struct {
 	Config  RunConfig `json:"config"`
 	// EntryBytes is the size of each Raft entry of the register phase, on
 	// both sides.
-	EntryBytes int      `json:"entry_bytes,omitempty"`
-	Results    []Result `json:"results"`
+	EntryBytes int `json:"entry_bytes,omitempty"`
+	// ClaimEntryBytes is the size of a claim's Raft entry, which the
+	// claim phase's baseline applies (claims for volume IDs with more
+	// digits are a byte or two longer).
+	ClaimEntryBytes int `json:"claim_entry_bytes,omitempty"`
+	// ClaimJobs and ClaimAllocs are the jobs and allocations the claim
+	// phase set up (rivals included): the leader's placer goes over all of
+	// them after each claim, so the claim figures depend on them.
+	ClaimJobs   int      `json:"claim_jobs,omitempty"`
+	ClaimAllocs int      `json:"claim_allocs,omitempty"`
+	Results     []Result `json:"results"`
 	// Notes are events that make figures less trustworthy.
 	Notes []string `json:"notes,omitempty"`
 	// Pass is true when no result has a missed target.
@@ -28,21 +37,25 @@ type Report struct {
 
 // RunConfig is the part of Config worth reporting.
 type RunConfig struct {
-	Ops          int      `json:"ops"`
-	SerialOps    int      `json:"serial_ops"`
-	Writers      int      `json:"writers"`
-	Rounds       int      `json:"rounds"`
-	ListSizes    []int    `json:"list_sizes"`
-	ListRequests int      `json:"list_requests"`
-	ListBatch    int      `json:"list_batch"`
-	Phases       []string `json:"phases"`
-	Breakdown    bool     `json:"breakdown,omitempty"`
+	Ops            int      `json:"ops"`
+	SerialOps      int      `json:"serial_ops"`
+	Writers        int      `json:"writers"`
+	Rounds         int      `json:"rounds"`
+	ListSizes      []int    `json:"list_sizes"`
+	ListRequests   int      `json:"list_requests"`
+	ListBatch      int      `json:"list_batch"`
+	ClaimOps       int      `json:"claim_ops"`
+	ClaimSerialOps int      `json:"claim_serial_ops"`
+	RefusedClaims  int      `json:"refused_claims"`
+	Phases         []string `json:"phases"`
+	Breakdown      bool     `json:"breakdown,omitempty"`
 }
 
 func reportConfig(c Config) RunConfig {
 	return RunConfig{
 		Ops: c.Ops, SerialOps: c.SerialOps, Writers: c.Writers, Rounds: c.Rounds,
 		ListSizes: c.ListSizes, ListRequests: c.ListRequests, ListBatch: c.ListBatch,
+		ClaimOps: c.ClaimOps, ClaimSerialOps: c.ClaimSerialOps, RefusedClaims: c.RefusedClaims,
 		Phases: c.Phases, Breakdown: c.Breakdown,
 	}
 }
@@ -50,9 +63,12 @@ func reportConfig(c Config) RunConfig {
 // Result is one measured level: a phase at one concurrency (and, for the
 // list, one volume count).
 type Result struct {
-	// Phase is "baseline", "register", "raft+fsm" (with Config.Breakdown)
-	// or "list".
-	Phase       string  `json:"phase"`
+	// Phase is "baseline", "register", "raft+fsm" (with Config.Breakdown),
+	// "claim", "claim-refused" or "list".
+	Phase string `json:"phase"`
+	// PairedWith is, for a baseline result, the phase it is the baseline
+	// of: "register" or "claim".
+	PairedWith  string  `json:"paired_with,omitempty"`
 	Volumes     int     `json:"volumes,omitempty"`
 	Concurrency int     `json:"concurrency"`
 	Ops         int     `json:"ops"`
@@ -61,10 +77,16 @@ type Result struct {
 	P50         Millis  `json:"p50_ms"`
 	P99         Millis  `json:"p99_ms"`
 	Max         Millis  `json:"max_ms"`
-	// ThroughputRatio and P99Ratio compare a register (or raft+fsm) result
-	// with the baseline at the same concurrency.
+	// ThroughputRatio and P99Ratio compare a register, raft+fsm or claim
+	// result with its baseline at the same concurrency.
 	ThroughputRatio float64 `json:"throughput_ratio,omitempty"`
 	P99Ratio        float64 `json:"p99_ratio,omitempty"`
+	// RaftIndexBefore and RaftIndexAfter are the leader's last Raft index
+	// before and after the refused claims; RaftEntriesAdded is how many
+	// entries they added, which must be none.
+	RaftIndexBefore  uint64  `json:"raft_index_before,omitempty"`
+	RaftIndexAfter   uint64  `json:"raft_index_after,omitempty"`
+	RaftEntriesAdded *uint64 `json:"raft_entries_added,omitempty"`
 	// Target says what the result must reach; Pass whether it did (nil
 	// when there is no target).
 	Target string `json:"target,omitempty"`
@@ -94,11 +116,12 @@ func newResult(phase string, conc int, st stats) Result {
 	}
 }
 
-// addRegister adds a baseline level, the register level paired with it
-// and, when measured, the raft+fsm level. With the concurrent writers,
-// register throughput must reach TargetThroughputRatio of the baseline's;
-// at every level its p99 must stay within TargetP99Ratio of the baseline's.
-func (r *Report) addRegister(writers, targetWriters int, base, vp stats, apply *stats) {
+// addCompared adds a baseline level, the level of phase (register or
+// claim) paired with it and, when measured, the raft+fsm level. With
+// targetWriters callers, the phase's throughput must reach targetRatio of
+// the baseline's; at every level its p99 must stay within TargetP99Ratio of
+// the baseline's.
+func (r *Report) addCompared(phase string, writers, targetWriters int, targetRatio float64, base, vp stats, apply *stats) {
 	compared := func(phase string, st stats) Result {
 		res := newResult(phase, writers, st)
 		if base.opsPerSec > 0 {
@@ -109,18 +132,33 @@ func (r *Report) addRegister(writers, targetWriters int, base, vp stats, apply *
 		}
 		return res
 	}
-	v := compared(PhaseRegister, vp)
+	v := compared(phase, vp)
 	pass := v.P99Ratio <= TargetP99Ratio
 	v.Target = fmt.Sprintf("p99 <= %gx", TargetP99Ratio)
 	if writers == targetWriters && writers > 1 {
-		pass = pass && v.ThroughputRatio >= TargetThroughputRatio
-		v.Target = fmt.Sprintf("ops/s >= %gx, ", TargetThroughputRatio) + v.Target
+		pass = pass && v.ThroughputRatio >= targetRatio
+		v.Target = fmt.Sprintf("ops/s >= %gx, ", targetRatio) + v.Target
 	}
 	v.Pass = &pass
-	r.Results = append(r.Results, newResult(PhaseBaseline, writers, base), v)
+	b := newResult(PhaseBaseline, writers, base)
+	b.PairedWith = phase
+	r.Results = append(r.Results, b, v)
 	if apply != nil {
 		r.Results = append(r.Results, compared(PhaseApply, *apply))
 	}
+}
+
+// addRefused adds the refused claims, sent with conc claimers, judged by
+// the entries the leader's Raft log gained from before to after them.
+func (r *Report) addRefused(conc int, st stats, before, after uint64) {
+	res := newResult(PhaseClaimRefused, conc, st)
+	res.RaftIndexBefore, res.RaftIndexAfter = before, after
+	added := after - min(before, after)
+	res.RaftEntriesAdded = &added
+	pass := added == 0
+	res.Target = "0 Raft entries"
+	res.Pass = &pass
+	r.Results = append(r.Results, res)
 }
 
 // addList adds the list level of size volumes, judged by its p50.
@@ -157,23 +195,37 @@ func (r *Report) WriteJSON(w io.Writer) error {
 func (r *Report) WriteTable(w io.Writer) error {
 	if r.EntryBytes > 0 {
 		fmt.Fprintln(w, "register: CSIVolume.Register, one volume per call, over RPC to the leader of 3 volplane servers")
-		fmt.Fprintf(w, "baseline: raft.Apply of %d-byte entries (a register entry's size) on 3 bare raft + raft-boltdb nodes\n", r.EntryBytes)
+		fmt.Fprintf(w, "  its baseline: raft.Apply of %d-byte entries (a register entry's size) on 3 bare raft + raft-boltdb nodes\n", r.EntryBytes)
 		if r.Config.Breakdown {
 			fmt.Fprintln(w, "raft+fsm: raft.Apply of register entries on the volplane leader (state machine in, RPC and endpoint out)")
 		}
-		fmt.Fprintf(w, "the sides ran interleaved in %d rounds; ratios are volplane / baseline at the same concurrency\n\n", r.Config.Rounds)
 	}
-	rows := [][]string{{"phase", "volumes", "conc", "ops", "ops/s", "p50", "p99", "ops/s ratio", "p99 ratio", "target", "result"}}
+	if r.ClaimEntryBytes > 0 {
+		fmt.Fprintln(w, "claim: CSIVolume.Claim with the node's secret, a distinct single-node-writer volume per call, over RPC to")
+		fmt.Fprintf(w, "  the leader (node-only plugin: no controller publish); the state holds %d jobs with %d allocations\n",
+			r.ClaimJobs, r.ClaimAllocs)
+		fmt.Fprintf(w, "  its baseline: raft.Apply of %d-byte entries (a claim entry's size) on the 3 bare raft + raft-boltdb nodes\n", r.ClaimEntryBytes)
+		fmt.Fprintln(w, "claim-refused: claims by another job's allocations for volumes already claimed, refused with max claims;")
+		fmt.Fprintln(w, "  raft + is the entries the leader's Raft log gained meanwhile")
+	}
+	if r.EntryBytes > 0 || r.ClaimEntryBytes > 0 {
+		fmt.Fprintf(w, "each baseline ran interleaved with its phase in %d rounds; ratios are volplane / baseline at the same concurrency\n\n", r.Config.Rounds)
+	}
+	rows := [][]string{{"phase", "volumes", "conc", "ops", "ops/s", "p50", "p99", "ops/s ratio", "p99 ratio", "raft +", "target", "result"}}
 	for _, res := range r.Results {
+		entries := "-"
+		if res.RaftEntriesAdded != nil {
+			entries = strconv.FormatUint(*res.RaftEntriesAdded, 10)
+		}
 		rows = append(rows, []string{
 			res.Phase, intOrDash(res.Volumes), strconv.Itoa(res.Concurrency), strconv.Itoa(res.Ops),
 			strconv.FormatFloat(res.OpsPerSec, 'f', 0, 64),
 			fmtDuration(time.Duration(res.P50)), fmtDuration(time.Duration(res.P99)),
-			ratioOrDash(res.ThroughputRatio), ratioOrDash(res.P99Ratio), orDash(res.Target), verdict(res.Pass),
+			ratioOrDash(res.ThroughputRatio), ratioOrDash(res.P99Ratio), entries, orDash(res.Target), verdict(res.Pass),
 		})
 	}
 	// Names and verdicts read best left-aligned, numbers right-aligned.
-	if err := writeColumns(w, rows, map[int]bool{0: true, 9: true, 10: true}); err != nil {
+	if err := writeColumns(w, rows, map[int]bool{0: true, 10: true, 11: true}); err != nil {
 		return err
 	}
 	for _, n := range r.Notes {
@@ -191,7 +243,7 @@ func (r *Report) missed() []string {
 	var out []string
 	for _, res := range r.Results {
 		if res.Pass != nil && !*res.Pass {
-			name := fmt.Sprintf("%s with %d writer(s)", res.Phase, res.Concurrency)
+			name := fmt.Sprintf("%s with %d caller(s)", res.Phase, res.Concurrency)
 			if res.Phase == PhaseList {
 				name = fmt.Sprintf("list of %d volumes", res.Volumes)
 			}

@@ -51,6 +51,8 @@ type volplane struct {
 	// registered are the IDs of the volumes created so far, removed before
 	// the list phase counts volumes.
 	registered []string
+	// node is the benchmark node, whose secret the claims carry.
+	node *structs.Node
 	// provider and providerVersion are the benchmark plugin's, which the
 	// leader copies into every volume it registers.
 	provider, providerVersion string
@@ -187,6 +189,7 @@ func (vp *volplane) call(method string, args, reply any) error {
 // heartbeats, and computes the size of a register entry.
 func (vp *volplane) registerNode() error {
 	node := benchNode()
+	vp.node = node
 	var reply structs.NodeUpdateResponse
 	if err := vp.call("Node.Register", &structs.NodeRegisterRequest{Node: node}, &reply); err != nil {
 		return fmt.Errorf("registering the benchmark node: %w", err)
@@ -212,11 +215,14 @@ func (vp *volplane) registerNode() error {
 // benchmark plugin that needs no controller. A plugin with a controller
 // would make the leader ask it, through the node's client agent, to
 // validate every volume registered; the benchmark has no agent, and
-// measures the server core.
+// measures the server core. The plugin has no max_volumes_per_node: the
+// claim phase places thousands of allocations, each with a volume of its
+// own, on this one node.
 func benchNode() *structs.Node {
 	n := testutil.Node()
 	info := testutil.NodeInfo(benchPlugin, n.ID, true)
 	info.RequiresControllerPlugin = false
+	info.NodeInfo.MaxVolumes = 0
 	n.CSIControllerPlugins = map[string]*structs.CSIInfo{}
 	n.CSINodePlugins = map[string]*structs.CSIInfo{benchPlugin: info}
 	return n

@@ -52,6 +52,21 @@ Usage: volplane bench [options]
   list      GET /v1/volumes against the leader's HTTP API with each of
             -list-sizes volumes registered. Targets: p50 < 5ms with 1,000
             volumes, < 30ms with 10,000.
+  claim     CSIVolume.Claim over RPC to the leader, with the node's secret,
+            as a client agent claims: each claim for an allocation of a
+            per_alloc single-node-writer group placed on the benchmark node
+            and a volume of its own (a node-only plugin, so no controller
+            publish), with 1 claimer and with -writers claimers, paired with
+            the baseline as the register phase is, with entries of a claim
+            entry's size. Targets: ops/s >= %gx the baseline's with
+            -writers claimers; p99 <= %gx the baseline's. Then
+            -refused-claims claims by another job's allocations for volumes
+            already claimed, which the leader must refuse with max claims
+            and without any Raft entry. Target: the leader's Raft log gains
+            0 entries.
+
+  The phases run in the order register, list, claim: the claim phase leaves
+  its volumes claimed, so it comes after the list phase counts volumes.
 
   Progress goes to stderr; the table (or, with -json, the JSON report) to
   stdout. The exit code is 0 even when a target is missed, unless -strict.
@@ -60,15 +75,21 @@ Options:
 
   -ops=N             Registrations with -writers writers (default %d).
   -serial-ops=N      Registrations with one writer (default %d).
-  -writers=N         Concurrent writers (default %d).
+  -writers=N         Concurrent writers, and claimers (default %d).
   -rounds=N          Alternating baseline/volplane rounds per level
                      (default %d).
   -list-sizes=LIST   Comma-separated volume counts for the list phase
                      (default %s).
   -list-requests=N   List requests at each size (default %d).
-  -batch=N           Volumes per register request while filling the state
-                     for the list phase (default %d).
-  -phases=LIST       register, list or both (default register,list).
+  -batch=N           Volumes per register request while setting up the
+                     list and claim phases (default %d).
+  -claim-ops=N       Claims with -writers claimers (default %d).
+  -claim-serial-ops=N
+                     Claims with one claimer (default %d).
+  -refused-claims=N  Claims that must be refused, sent after the measured
+                     ones; at most their number (default %d).
+  -phases=LIST       Comma-separated phases: register, claim, list
+                     (default %s).
   -breakdown         Add a third side to the register rounds, raft+fsm:
                      raft.Apply of the leader-encoded register entries on
                      the volplane leader (state machine included, RPC layers
@@ -84,8 +105,10 @@ Options:
                      -tagfocus) for the goroutines of each side.
   -log-level=LEVEL   Log level of the servers and Raft, to stderr (default
                      error).
-`, bench.TargetThroughputRatio, bench.TargetP99Ratio, d.Ops, d.SerialOps, d.Writers, d.Rounds,
-		joinInts(d.ListSizes), d.ListRequests, d.ListBatch))
+`, bench.TargetThroughputRatio, bench.TargetP99Ratio, bench.ClaimTargetThroughputRatio, bench.TargetP99Ratio,
+		d.Ops, d.SerialOps, d.Writers, d.Rounds,
+		joinInts(d.ListSizes), d.ListRequests, d.ListBatch,
+		d.ClaimOps, d.ClaimSerialOps, d.RefusedClaims, strings.Join(d.Phases, ",")))
 }
 
 func (c *BenchCommand) Run(args []string) int {
@@ -102,6 +125,9 @@ func (c *BenchCommand) Run(args []string) int {
 	f.StringVar(&listSizes, "list-sizes", joinInts(cfg.ListSizes), "")
 	f.IntVar(&cfg.ListRequests, "list-requests", cfg.ListRequests, "")
 	f.IntVar(&cfg.ListBatch, "batch", cfg.ListBatch, "")
+	f.IntVar(&cfg.ClaimOps, "claim-ops", cfg.ClaimOps, "")
+	f.IntVar(&cfg.ClaimSerialOps, "claim-serial-ops", cfg.ClaimSerialOps, "")
+	f.IntVar(&cfg.RefusedClaims, "refused-claims", cfg.RefusedClaims, "")
 	f.StringVar(&phases, "phases", strings.Join(cfg.Phases, ","), "")
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "")
 	f.StringVar(&cfg.Dir, "dir", "", "")
@@ -118,6 +144,7 @@ func (c *BenchCommand) Run(args []string) int {
 	for name, n := range map[string]int{
 		"ops": cfg.Ops, "serial-ops": cfg.SerialOps, "writers": cfg.Writers, "rounds": cfg.Rounds,
 		"list-requests": cfg.ListRequests, "batch": cfg.ListBatch,
+		"claim-ops": cfg.ClaimOps, "claim-serial-ops": cfg.ClaimSerialOps, "refused-claims": cfg.RefusedClaims,
 	} {
 		if n < 1 {
 			return c.UsageError(c, "-%s must be at least 1 (got %d)", name, n)

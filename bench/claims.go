@@ -1,0 +1,277 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/volplane/volplane/structs"
+)
+
+const (
+	// claimGroupCount is the count of each claim job's per_alloc group:
+	// allocation i of job j claims volume cvolJJJJJ[i]. One job whose count
+	// is the number of claims would be simplest, but the leader's placer
+	// re-examines every job after every volume write (each claim is one),
+	// and its cost per job grows with the square of the group's count (it
+	// looks each allocation's name up among the group's names); thousands
+	// of jobs of one cost it a fixed overhead each instead. Groups of 20
+	// are near the cheapest point between the two, and a plausible size for
+	// a per_alloc group.
+	claimGroupCount = 20
+	// claimSettleTimeout bounds the wait for the leader's Raft log to stop
+	// growing before the refused claims are counted.
+	claimSettleTimeout = 10 * time.Second
+	// placeTimeout bounds the wait for the placer to place every claim
+	// job's allocations.
+	placeTimeout = 2 * time.Minute
+	// jobRegisterers is how many Job.Register calls are in flight while the
+	// claim jobs are set up.
+	jobRegisterers = 8
+)
+
+// claimSlot is an allocation placed on the benchmark node and the volume its
+// group asks it to claim as a single-node writer.
+type claimSlot struct {
+	allocID  string
+	volumeID string
+}
+
+// claimFixture is what the claim phase claims: slots, handed out in order,
+// each used once, so every measured claim takes a fresh volume; and rivals,
+// allocations of other jobs whose groups ask for the volumes of the first
+// len(rivals) slots with the same modes, so that once those are claimed,
+// every rival's claim must be refused with max claims.
+type claimFixture struct {
+	slots  []claimSlot
+	rivals []claimSlot
+	next   int
+	// jobs and allocs count what the setup put in the state.
+	jobs, allocs int
+}
+
+// take returns the next n unused slots.
+func (f *claimFixture) take(n int) ([]claimSlot, error) {
+	if f.next+n > len(f.slots) {
+		return nil, fmt.Errorf("the claim phase set up %d volumes and needs more than that (%d)", len(f.slots), f.next+n)
+	}
+	s := f.slots[f.next : f.next+n]
+	f.next += n
+	return s, nil
+}
+
+// claimSource is the per_alloc source of claim job j: its allocation i
+// claims claimSource(j)+"[i]".
+func claimSource(j int) string { return fmt.Sprintf("cvol%05d", j) }
+
+// claimJob is a service job of one per_alloc group of count count, asking
+// for source[i] as a single-node writer with a file-system attachment.
+func claimJob(id, source string, count int) *structs.Job {
+	req := &structs.VolumeRequest{
+		Name: "data", Type: structs.VolumeTypeCSI, Source: source, PerAlloc: true,
+		AccessMode:     structs.CSIVolumeAccessModeSingleNodeWriter,
+		AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem,
+	}
+	return &structs.Job{
+		ID: id, Namespace: structs.DefaultNamespace, Type: structs.JobTypeService,
+		TaskGroups: []*structs.TaskGroup{{
+			Name: "g", Count: count,
+			Volumes: map[string]*structs.VolumeRequest{"data": req},
+			Tasks: []*structs.Task{{
+				Name: "t", Driver: "exec", Config: structs.TaskConfig{Command: "/bin/true"},
+				VolumeMounts: []*structs.VolumeMount{{Volume: "data", Destination: "/data"}},
+			}},
+		}},
+	}
+}
+
+// claimVolume is a volume of the benchmark plugin that takes one
+// single-node writer with a file-system attachment, and nothing else.
+func claimVolume(id string) *structs.CSIVolume {
+	v := benchVolume(0)
+	v.ID, v.Name, v.ExternalID = id, id, "ext-"+id
+	v.RequestedCapabilities = []*structs.CSIVolumeCapability{{
+		AccessMode:     structs.CSIVolumeAccessModeSingleNodeWriter,
+		AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem,
+	}}
+	return v
+}
+
+// setupClaims registers the volumes, the claim jobs and the rival jobs for
+// claims measured claims and refused refused ones, and waits until the
+// placer has placed every allocation on the benchmark node. All of it
+// happens before any claim, so the rivals are placed while their volumes
+// are still free.
+func (vp *volplane) setupClaims(ctx context.Context, cfg *Config, claims, refused int) (*claimFixture, error) {
+	jobs := (claims + claimGroupCount - 1) / claimGroupCount
+	rivalJobs := (refused + claimGroupCount - 1) / claimGroupCount
+
+	cfg.progress("claim: registering %d volumes, %d per request", jobs*claimGroupCount, cfg.ListBatch)
+	var batch []*structs.CSIVolume
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := vp.register(&structs.CSIVolumeRegisterRequest{Volumes: batch}); err != nil {
+			return fmt.Errorf("registering %d claim volumes: %w", len(batch), err)
+		}
+		batch = nil
+		return nil
+	}
+	for j := range jobs {
+		for i := range claimGroupCount {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			batch = append(batch, claimVolume(fmt.Sprintf("%s[%d]", claimSource(j), i)))
+			if len(batch) == cfg.ListBatch {
+				if err := flush(); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+
+	// Rival job j asks for the volumes of claim job j.
+	var specs []*structs.Job
+	for j := range jobs {
+		specs = append(specs, claimJob(fmt.Sprintf("claim-%05d", j), claimSource(j), claimGroupCount))
+	}
+	for j := range rivalJobs {
+		specs = append(specs, claimJob(fmt.Sprintf("rival-%05d", j), claimSource(j), claimGroupCount))
+	}
+	cfg.progress("claim: registering %d jobs of a per_alloc group of %d (%d of them rivals for the refused claims)",
+		len(specs), claimGroupCount, rivalJobs)
+	if _, _, err := drive(ctx, len(specs), jobRegisterers, func(i int) error {
+		var reply structs.JobRegisterResponse
+		return vp.call("Job.Register", &structs.JobRegisterRequest{Job: specs[i]}, &reply)
+	}); err != nil {
+		return nil, fmt.Errorf("registering the claim jobs: %w", err)
+	}
+
+	cfg.progress("claim: waiting for the placer to place %d allocations", len(specs)*claimGroupCount)
+	start := time.Now()
+	deadline := start.Add(placeTimeout)
+	f := &claimFixture{jobs: len(specs), allocs: len(specs) * claimGroupCount}
+	for _, job := range specs {
+		byName, err := vp.waitPlaced(ctx, job.ID, claimGroupCount, deadline)
+		if err != nil {
+			return nil, err
+		}
+		for i := range claimGroupCount {
+			name := structs.AllocName(job.ID, "g", i)
+			a := byName[name]
+			if a.NodeID != vp.node.ID {
+				return nil, fmt.Errorf("allocation %s was placed on node %q, not the benchmark node", name, a.NodeID)
+			}
+			s := claimSlot{allocID: a.ID, volumeID: job.TaskGroups[0].Volumes["data"].VolumeID(name)}
+			if len(f.slots) < jobs*claimGroupCount {
+				f.slots = append(f.slots, s)
+			} else {
+				f.rivals = append(f.rivals, s)
+			}
+		}
+	}
+	cfg.progress("claim: every allocation placed after %v", time.Since(start).Round(time.Millisecond))
+	f.slots = f.slots[:claims]
+	f.rivals = f.rivals[:refused]
+	return f, nil
+}
+
+// waitPlaced polls Job.Allocations on the leader, as a client would, until
+// the job has count live allocations, and returns them by name.
+func (vp *volplane) waitPlaced(ctx context.Context, jobID string, count int, deadline time.Time) (map[string]*structs.Allocation, error) {
+	for {
+		var reply structs.JobAllocationsResponse
+		if err := vp.call("Job.Allocations", &structs.JobSpecificRequest{JobID: jobID}, &reply); err != nil {
+			return nil, fmt.Errorf("reading the allocations of job %s: %w", jobID, err)
+		}
+		live := map[string]*structs.Allocation{}
+		for _, a := range reply.Allocations {
+			if !a.Terminal() && a.DesiredStatus == structs.AllocDesiredStatusRun {
+				live[a.Name] = a
+			}
+		}
+		if len(live) == count {
+			return live, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("job %s has %d of %d allocations placed after %s", jobID, len(live), count, placeTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// claimRequests builds the claim requests of slots, as the client agent of
+// the benchmark node sends them, outside the timed calls.
+func (vp *volplane) claimRequests(slots []claimSlot) []*structs.CSIVolumeClaimRequest {
+	out := make([]*structs.CSIVolumeClaimRequest, len(slots))
+	for i, s := range slots {
+		out[i] = &structs.CSIVolumeClaimRequest{
+			VolumeID:     s.volumeID,
+			NodeSecretID: vp.node.SecretID,
+			Claim: &structs.CSIVolumeClaim{
+				AllocationID:   s.allocID,
+				NodeID:         vp.node.ID,
+				Mode:           structs.CSIVolumeClaimWrite,
+				AccessMode:     structs.CSIVolumeAccessModeSingleNodeWriter,
+				AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem,
+				State:          structs.CSIVolumeClaimStateTaken,
+			},
+		}
+	}
+	return out
+}
+
+// claimEntryBytes is the size of the Raft entry the leader writes for the
+// claim of slot: the request with the provider's node ID filled in and the
+// leader's timestamp. Volume IDs differ in length by a digit or two, so
+// entries do too; this is the size of a typical one.
+func (vp *volplane) claimEntryBytes(s claimSlot) (int, error) {
+	req := vp.claimRequests([]claimSlot{s})[0]
+	req.Claim.ExternalNodeID = vp.node.CSINodePlugins[benchPlugin].NodeInfo.ID
+	req.Timestamp = time.Now().UnixNano()
+	buf, err := structs.Encode(structs.CSIVolumeClaimRequestType, req)
+	if err != nil {
+		return 0, fmt.Errorf("encoding a claim request: %w", err)
+	}
+	return len(buf), nil
+}
+
+// claim sends one claim to the leader.
+func (vp *volplane) claim(req *structs.CSIVolumeClaimRequest) error {
+	var reply structs.CSIVolumeClaimResponse
+	return vp.call("CSIVolume.Claim", req, &reply)
+}
+
+// settledIndex waits until the leader's last Raft index has stayed the same
+// for a few polls, so that nothing still in flight (a placer pass, a
+// heartbeat) is counted for or against the refused claims, and returns it.
+func (vp *volplane) settledIndex(ctx context.Context) (uint64, error) {
+	const quietPolls = 5
+	deadline := time.Now().Add(claimSettleTimeout)
+	last, same := vp.leader.Raft().LastIndex(), 0
+	for same < quietPolls {
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("the leader's Raft log kept growing for %s after the last claim (at index %d)", claimSettleTimeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if idx := vp.leader.Raft().LastIndex(); idx == last {
+			same++
+		} else {
+			last, same = idx, 0
+		}
+	}
+	return last, nil
+}
