@@ -32,6 +32,8 @@ func (s *Server) runPlacer(done <-chan struct{}) {
 		}
 	}()
 	logger := s.logger.Named("placer")
+	settled := map[string]settledJob{}
+	var last passMark
 	for {
 		st := s.State()
 		ws := memdb.NewWatchSet()
@@ -40,8 +42,16 @@ func (s *Server) runPlacer(done <-chan struct{}) {
 			state.TableCSIVolumes, state.TableCSIPlugins); err != nil {
 			logger.Error("watching state", "error", err)
 		}
-		if err := s.placeAll(st); err != nil {
-			logger.Warn("placement pass failed; retrying on the next change", "error", err)
+		// When every job is settled and neither jobs, allocations nor nodes
+		// changed, a volume or plugin write (every claim is one) concerns
+		// no job: skip the pass without reading them.
+		mark, err := placerMark(st)
+		if err != nil || !last.allSettled || mark != last.mark {
+			allSettled, err := s.placeAll(st, settled)
+			if err != nil {
+				logger.Warn("placement pass failed; retrying on the next change", "error", err)
+			}
+			last = passMark{mark: mark, allSettled: allSettled && err == nil}
 		}
 		if err := ws.WatchCtx(ctx); err != nil {
 			return
@@ -54,46 +64,127 @@ func (s *Server) runPlacer(done <-chan struct{}) {
 	}
 }
 
-// placeAll runs one placement pass over every job.
-func (s *Server) placeAll(st *state.StateStore) error {
+// passMark is what the state looked like at the last placement pass.
+type passMark struct {
+	mark       [3]uint64
+	allSettled bool
+}
+
+// placerMark is the indexes of the tables whose changes can concern a
+// settled job.
+func placerMark(st *state.StateStore) ([3]uint64, error) {
+	var m [3]uint64
+	for i, t := range []string{state.TableJobs, state.TableAllocs, state.TableNodes} {
+		idx, err := st.Index(t)
+		if err != nil {
+			return m, err
+		}
+		m[i] = idx
+	}
+	return m, nil
+}
+
+// settledJob is what a job looked like when its last pass changed nothing
+// and left it fully placed.
+type settledJob struct {
+	jobModifyIndex uint64
+	allocsIndex    uint64
+	nodesIndex     uint64
+}
+
+// placeAll runs one placement pass and reports whether every job is
+// settled afterwards. A job that is fully placed, with
+// nothing blocked, is looked at again only when it, one of its allocations
+// or (for system jobs) the nodes changed: volume and plugin writes, such as
+// every claim, do not concern it. Jobs still waiting for something are
+// looked at on every pass.
+func (s *Server) placeAll(st *state.StateStore, settled map[string]settledJob) (bool, error) {
 	snap, err := st.Snapshot()
 	if err != nil {
-		return err
+		return false, err
+	}
+	nodesIndex, err := snap.Index(state.TableNodes)
+	if err != nil {
+		return false, err
 	}
 	var nodes []*structs.Node
 	iter, err := snap.Nodes(nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for raw := iter.Next(); raw != nil; raw = iter.Next() {
 		nodes = append(nodes, raw.(*structs.Node))
 	}
 	jobs, err := snap.Jobs(nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	var firstErr error
+	live := map[string]bool{}
 	for raw := jobs.Next(); raw != nil; raw = jobs.Next() {
 		job := raw.(*structs.Job)
-		if err := s.placeJob(snap, nodes, job); err != nil && firstErr == nil {
-			firstErr = err
+		k := structs.JobKey(job.Namespace, job.ID)
+		live[k] = true
+		existing, err := snap.AllocsByJob(nil, job.Namespace, job.ID)
+		if err != nil {
+			return false, err
+		}
+		mark := settledJob{jobModifyIndex: job.ModifyIndex, allocsIndex: maxAllocIndex(existing)}
+		if job.IsSystem() {
+			mark.nodesIndex = nodesIndex
+		}
+		if prev, ok := settled[k]; ok && prev == mark {
+			continue
+		}
+		changed, err := s.placeJob(snap, nodes, job, existing)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		if !changed && fullyPlaced(job) {
+			settled[k] = mark
+		} else {
+			delete(settled, k)
 		}
 	}
-	return firstErr
+	for k := range settled {
+		if !live[k] {
+			delete(settled, k)
+		}
+	}
+	return len(settled) == len(live), firstErr
 }
 
-// placeJob computes and commits one job's plan.
-func (s *Server) placeJob(snap *state.StateSnapshot, nodes []*structs.Node, job *structs.Job) error {
-	existing, err := snap.AllocsByJob(nil, job.Namespace, job.ID)
-	if err != nil {
-		return err
+func maxAllocIndex(allocs []*structs.Allocation) uint64 {
+	var m uint64
+	for _, a := range allocs {
+		m = max(m, a.ModifyIndex)
 	}
+	return m
+}
+
+// fullyPlaced reports whether every group has all it wants and nothing
+// blocked.
+func fullyPlaced(job *structs.Job) bool {
+	for _, p := range job.Placement {
+		if p.Placed < p.Desired || len(p.Blocked) > 0 {
+			return false
+		}
+	}
+	return job.Placement != nil || job.Stop
+}
+
+// placeJob computes and commits one job's plan, and reports whether it
+// changed anything.
+func (s *Server) placeJob(snap *state.StateSnapshot, nodes []*structs.Node, job *structs.Job, existing []*structs.Allocation) (bool, error) {
 	plan, err := scheduler.Place(snap, nodes, job, existing, structs.NowNano(), newAllocID)
 	if err != nil {
-		return structs.Wrap(err, "placing job %q", job.ID)
+		return false, structs.Wrap(err, "placing job %q", job.ID)
 	}
 	if plan == nil {
-		return nil
+		return false, nil
 	}
 	plan.Namespace, plan.JobID, plan.JobModifyIndex = job.Namespace, job.ID, job.JobModifyIndex
 	plan.Timestamp = structs.NowNano()
@@ -101,11 +192,11 @@ func (s *Server) placeJob(snap *state.StateSnapshot, nodes []*structs.Node, job 
 		// A plan for an older job version is refused; the registration that
 		// made it stale has woken the loop already.
 		if structs.CodeOf(err) == structs.ErrCodeConflict {
-			return nil
+			return true, nil
 		}
-		return structs.Wrap(err, "applying the plan of job %q", job.ID)
+		return false, structs.Wrap(err, "applying the plan of job %q", job.ID)
 	}
-	return nil
+	return true, nil
 }
 
 func newAllocID() string {
