@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/yamux"
 
+	"github.com/volplane/volplane/metrics"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 )
@@ -49,7 +50,8 @@ func ErrNoPath(nodeID string) error {
 // marked forwarded) is sent there under the same method name, for that
 // server to make over its session. A server that received a forwarded call
 // passes localOnly so a call never travels further than one hop.
-func (f *Forwarder) CallNode(nodeID, method string, args, reply any, localOnly bool) error {
+func (f *Forwarder) CallNode(nodeID, method string, args, reply any, localOnly bool) (err error) {
+	defer metrics.ObserveClientRPC(method, time.Now(), &err)
 	if sess, ok := f.servers.LocalNodeSession(nodeID); ok {
 		err := rpc.CallOnSession(sess, method, args, reply, f.timeout)
 		if rpc.IsConnError(err) {

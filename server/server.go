@@ -18,6 +18,7 @@ import (
 
 	"github.com/volplane/volplane/clientrpc"
 	"github.com/volplane/volplane/fsm"
+	"github.com/volplane/volplane/metrics"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/server/httpapi"
 	"github.com/volplane/volplane/state"
@@ -105,6 +106,15 @@ func NewServer(cfg *Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the state machine: %w", err)
 	}
+	// The gauge reads this server's state at scrape time; with several
+	// servers in one process the last one started answers.
+	metrics.SetPastClaimsFunc(func() map[string]int {
+		counts, err := s.State().CSIPastClaimsByState()
+		if err != nil {
+			return nil
+		}
+		return counts
+	})
 	if err := s.setupRPC(); err != nil {
 		return nil, err
 	}
@@ -199,6 +209,10 @@ func (s *Server) setupHTTP() error {
 			Backend:      s,
 			Logger:       s.logger.Named("http"),
 			MaxBodyBytes: s.config.MaxRequestBytes,
+			// Each server streams the events of its own state.
+			Events:     func() *state.EventBroker { return s.State().Events() },
+			ShutdownCh: s.shutdownCtx.Done(),
+			Metrics:    metrics.Handler(),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),

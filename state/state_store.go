@@ -21,6 +21,10 @@ type StateStore struct {
 	// blocking queries waiting on it wake up and read the new one.
 	abandonCh   chan struct{}
 	abandonOnce sync.Once
+
+	// events publishes every committed write (see events.go); nil for a
+	// snapshot, which is never written.
+	events *EventBroker
 }
 
 // NewStateStore returns an empty store.
@@ -29,7 +33,9 @@ func NewStateStore() (*StateStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: building schema: %w", err)
 	}
-	return &StateStore{db: db, abandonCh: make(chan struct{})}, nil
+	s := &StateStore{db: db, abandonCh: make(chan struct{})}
+	s.events = newEventBroker(s)
+	return s, nil
 }
 
 // StateSnapshot is a read-only, point-in-time view of a store: later writes
@@ -60,6 +66,9 @@ func (s *StateStore) Abandon() {
 func (s *StateStore) writeTxn() *memdb.Txn {
 	txn := s.db.Txn(true)
 	txn.TrackChanges()
+	// Runs only if the transaction commits, after commit bumped its index
+	// rows: the events carry that index.
+	txn.Defer(func() { s.publishCommitted(txn) })
 	return txn
 }
 

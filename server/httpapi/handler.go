@@ -32,6 +32,8 @@
 //	GET         /v1/status/peers                              JSON array of Raft peer addresses
 //	GET         /v1/operator/raft/configuration               the Raft configuration
 //	DELETE      /v1/operator/raft/peer?id=|address=           remove a Raft peer
+//	GET         /v1/event/stream[?topic=&index=]              newline-delimited JSON events of this server's state (see eventStream)
+//	GET         /v1/metrics                                   Prometheus text format
 //
 // Reads take index, wait, stale, namespace, region, prefix, per_page and
 // next_token, and answer with X-Nomad-Index, X-Nomad-KnownLeader,
@@ -50,6 +52,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/volplane/volplane/state"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -67,6 +70,20 @@ type Config struct {
 	Logger hclog.Logger
 	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+
+	// Events returns the event broker of the server's current state store.
+	// It is called for each subscription because a snapshot restore
+	// replaces the store. Nil disables GET /v1/event/stream (404).
+	Events func() *state.EventBroker
+	// EventHeartbeat is how long an event stream stays silent before a
+	// heartbeat line; 0 means DefaultEventHeartbeat.
+	EventHeartbeat time.Duration
+	// ShutdownCh, closed when the server shuts down, ends every event
+	// stream: http.Server.Shutdown waits for running handlers, it does not
+	// stop them.
+	ShutdownCh <-chan struct{}
+	// Metrics serves GET /v1/metrics; nil disables it (404).
+	Metrics http.Handler
 }
 
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is 0.
@@ -86,6 +103,11 @@ type handler struct {
 	logger  hclog.Logger
 	maxBody int64
 	mux     *http.ServeMux
+
+	events         func() *state.EventBroker
+	heartbeat      time.Duration
+	shutdownCh     <-chan struct{}
+	metricsHandler http.Handler
 }
 
 // NewHandler returns the HTTP API served over cfg.Backend. It panics when
@@ -99,6 +121,11 @@ func NewHandler(cfg Config) http.Handler {
 		logger:  cfg.Logger,
 		maxBody: cfg.MaxBodyBytes,
 		mux:     http.NewServeMux(),
+
+		events:         cfg.Events,
+		heartbeat:      cfg.EventHeartbeat,
+		shutdownCh:     cfg.ShutdownCh,
+		metricsHandler: cfg.Metrics,
 	}
 	if h.logger == nil {
 		h.logger = hclog.NewNullLogger()
@@ -106,6 +133,9 @@ func NewHandler(cfg Config) http.Handler {
 	h.logger = h.logger.Named("http")
 	if h.maxBody <= 0 {
 		h.maxBody = DefaultMaxBodyBytes
+	}
+	if h.heartbeat <= 0 {
+		h.heartbeat = DefaultEventHeartbeat
 	}
 	h.routes()
 	return h
@@ -150,6 +180,13 @@ func (h *handler) routes() {
 		"DELETE /v1/operator/raft/peer":       h.raftRemovePeer,
 	} {
 		h.mux.HandleFunc(pattern, h.wrap(fn))
+	}
+	// Routes that write their own answer: a stream, and a foreign format.
+	for pattern, fn := range map[string]http.HandlerFunc{
+		"GET /v1/event/stream": h.eventStream,
+		"GET /v1/metrics":      h.metrics,
+	} {
+		h.mux.HandleFunc(pattern, fn)
 	}
 }
 

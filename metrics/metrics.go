@@ -1,0 +1,162 @@
+// Package metrics holds volplane's Prometheus metrics and serves them in the
+// Prometheus text format.
+//
+// The metrics live in one registry of their own (not the client library's
+// global default, so nothing another package registers there leaks in) that
+// belongs to the process. Counters and histograms are recorded through the
+// package's functions; gauges that describe state are computed at scrape
+// time from callbacks the server installs. Several servers in one process,
+// as in tests, share the counters, and the last callback installed wins.
+//
+// Metrics:
+//
+//	volplane_csi_past_claims{state}                      gauge: claims being released, by state
+//	volplane_claim_release_attempts_total{step}          counter: release steps tried
+//	volplane_claim_release_failures_total{step}          counter: release steps that failed
+//	volplane_client_rpc_duration_seconds{method,code}    histogram: server-to-client calls, code "ok" or the error code
+//	volplane_volumewatcher_queue_depth                   gauge: volumes waiting in the release queue
+//
+// plus the Go runtime (go_*) and process (process_*) collectors.
+package metrics
+
+import (
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// CodeOK is the code label of a call that succeeded.
+const CodeOK = "ok"
+
+// Release steps: the step label of the release counters. Their series exist
+// at zero from the start, so a dashboard sees them before the first release.
+const (
+	StepNode       = "node"
+	StepController = "controller"
+	StepFree       = "free"
+)
+
+var (
+	registry = prometheus.NewRegistry()
+
+	releaseAttempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "volplane_claim_release_attempts_total",
+		Help: "Claim release steps attempted by the volume watcher, by step.",
+	}, []string{"step"})
+
+	releaseFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "volplane_claim_release_failures_total",
+		Help: "Claim release steps that failed and were requeued, by step.",
+	}, []string{"step"})
+
+	clientRPCDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "volplane_client_rpc_duration_seconds",
+		Help: "Duration of calls from servers to client agents (CSI operations), by method and result code (\"ok\" or the typed error code).",
+		// From a local unix-socket plugin answering at once up to the
+		// two-minute client call deadline.
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
+	}, []string{"method", "code"})
+
+	queueDepthFn  atomic.Pointer[func() int]
+	pastClaimsFn  atomic.Pointer[func() map[string]int]
+	pastClaimDesc = prometheus.NewDesc("volplane_csi_past_claims",
+		"Claims being released (past claims), by release state, as this server's state holds them.",
+		[]string{"state"}, nil)
+)
+
+func init() {
+	registry.MustRegister(
+		releaseAttempts,
+		releaseFailures,
+		clientRPCDuration,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "volplane_volumewatcher_queue_depth",
+			Help: "Volumes waiting in the volume watcher's release queue (0 on a server that is not the leader).",
+		}, func() float64 {
+			if fn := queueDepthFn.Load(); fn != nil {
+				return float64((*fn)())
+			}
+			return 0
+		}),
+		pastClaimsCollector{},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	for _, step := range []string{StepNode, StepController, StepFree} {
+		releaseAttempts.WithLabelValues(step)
+		releaseFailures.WithLabelValues(step)
+	}
+}
+
+// ReleaseAttempt counts one attempt of a release step (StepNode,
+// StepController, StepFree).
+func ReleaseAttempt(step string) { releaseAttempts.WithLabelValues(step).Inc() }
+
+// ReleaseFailure counts one failed attempt of a release step.
+func ReleaseFailure(step string) { releaseFailures.WithLabelValues(step).Inc() }
+
+// ObserveClientRPC records a call to a client agent that started at start
+// and ended with *err. It is meant to be deferred with a pointer to the
+// caller's named error result:
+//
+//	defer metrics.ObserveClientRPC(method, time.Now(), &err)
+func ObserveClientRPC(method string, start time.Time, err *error) {
+	code := CodeOK
+	if err != nil && *err != nil {
+		code = string(structs.CodeOf(*err))
+	}
+	clientRPCDuration.WithLabelValues(method, code).Observe(time.Since(start).Seconds())
+}
+
+// SetQueueDepthFunc installs the callback that reports the volume watcher's
+// queue depth at scrape time; nil removes it (the gauge reads 0).
+func SetQueueDepthFunc(fn func() int) {
+	if fn == nil {
+		queueDepthFn.Store(nil)
+		return
+	}
+	queueDepthFn.Store(&fn)
+}
+
+// SetPastClaimsFunc installs the callback that counts past claims by state
+// at scrape time; nil removes it (no series). It runs on every scrape, so it
+// should read a consistent view of the state and not block.
+func SetPastClaimsFunc(fn func() map[string]int) {
+	if fn == nil {
+		pastClaimsFn.Store(nil)
+		return
+	}
+	pastClaimsFn.Store(&fn)
+}
+
+// pastClaimsCollector computes volplane_csi_past_claims when scraped: the
+// count lives in the replicated state, so keeping a gauge in step with every
+// write would only duplicate it.
+type pastClaimsCollector struct{}
+
+func (pastClaimsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- pastClaimDesc }
+
+func (pastClaimsCollector) Collect(ch chan<- prometheus.Metric) {
+	fn := pastClaimsFn.Load()
+	if fn == nil {
+		return
+	}
+	for state, n := range (*fn)() {
+		ch <- prometheus.MustNewConstMetric(pastClaimDesc, prometheus.GaugeValue, float64(n), state)
+	}
+}
+
+// Gatherer is the registry, for tests and for serving.
+func Gatherer() prometheus.Gatherer { return registry }
+
+// Handler serves the registry in the Prometheus text format. Scrapes are
+// bounded to a few at once: the past-claims gauge reads every volume.
+func Handler() http.Handler {
+	return promhttp.HandlerFor(registry, promhttp.HandlerOpts{MaxRequestsInFlight: 4})
+}

@@ -1,0 +1,97 @@
+package metrics
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// scrape returns the text exposition the handler serves.
+func scrape(t *testing.T) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/metrics", nil))
+	must.Eq(t, http.StatusOK, rec.Code)
+	must.StrContains(t, rec.Header().Get("Content-Type"), "text/plain")
+	body, err := io.ReadAll(rec.Body)
+	must.NoError(t, err)
+	return string(body)
+}
+
+// value returns the value of one series in a scrape, 0 when it is absent.
+func value(t *testing.T, text, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			must.NoError(t, err)
+			return f
+		}
+	}
+	return 0
+}
+
+func TestMetrics_ServedInTextFormat(t *testing.T) {
+	// The registry is the process's: compare with what earlier runs left.
+	counters := []string{
+		`volplane_claim_release_attempts_total{step="node"}`,
+		`volplane_claim_release_failures_total{step="controller"}`,
+		`volplane_client_rpc_duration_seconds_count{code="ok",method="ClientCSI.NodeDetachVolume"}`,
+		`volplane_client_rpc_duration_seconds_count{code="no-path-to-node",method="ClientCSI.NodeDetachVolume"}`,
+		`volplane_client_rpc_duration_seconds_count{code="internal",method="ClientCSI.ControllerDetachVolume"}`,
+	}
+	before := scrape(t)
+
+	ReleaseAttempt(StepNode)
+	ReleaseAttempt(StepNode)
+	ReleaseFailure(StepController)
+	var err error
+	ObserveClientRPC("ClientCSI.NodeDetachVolume", time.Now(), &err)
+	err = structs.NewError(structs.ErrCodeNoNodeConn, "no path to node %q", "n1")
+	ObserveClientRPC("ClientCSI.NodeDetachVolume", time.Now(), &err)
+	err = errors.New("untyped")
+	ObserveClientRPC("ClientCSI.ControllerDetachVolume", time.Now(), &err)
+
+	SetQueueDepthFunc(func() int { return 7 })
+	SetPastClaimsFunc(func() map[string]int { return map[string]int{"unpublishing": 3, "node-detached": 0} })
+	t.Cleanup(func() {
+		SetQueueDepthFunc(nil)
+		SetPastClaimsFunc(nil)
+	})
+
+	text := scrape(t)
+	for series, delta := range map[string]float64{counters[0]: 2, counters[1]: 1, counters[2]: 1, counters[3]: 1, counters[4]: 1} {
+		must.Eq(t, delta, value(t, text, series)-value(t, before, series), must.Sprint(series))
+	}
+	for _, line := range []string{
+		`volplane_claim_release_failures_total{step="free"} `,
+		`volplane_volumewatcher_queue_depth 7`,
+		`volplane_csi_past_claims{state="unpublishing"} 3`,
+		`volplane_csi_past_claims{state="node-detached"} 0`,
+		"# TYPE volplane_client_rpc_duration_seconds histogram",
+		"go_goroutines ",
+		"process_cpu_seconds_total ",
+	} {
+		must.StrContains(t, text, line)
+	}
+}
+
+func TestMetrics_CallbacksRemoved(t *testing.T) {
+	SetQueueDepthFunc(func() int { return 5 })
+	SetPastClaimsFunc(func() map[string]int { return map[string]int{"unpublishing": 1} })
+	SetQueueDepthFunc(nil)
+	SetPastClaimsFunc(nil)
+
+	text := scrape(t)
+	must.StrContains(t, text, "volplane_volumewatcher_queue_depth 0")
+	must.StrNotContains(t, text, "volplane_csi_past_claims{")
+}
