@@ -37,8 +37,8 @@ const CodeOK = "ok"
 // Release steps: the step label of the release counters. Their series exist
 // at zero from the start, so a dashboard sees them before the first release.
 const (
-	StepNode       = "node"
-	StepController = "controller"
+	StepNode       = "node-detach"
+	StepController = "controller-detach"
 	StepFree       = "free"
 )
 

@@ -127,7 +127,9 @@ func NewServer(cfg *Config) (*Server, error) {
 		Logger:    s.logger,
 		BaseDelay: cfg.ReleaseBaseDelay,
 		MaxDelay:  cfg.ReleaseMaxDelay,
+		Hooks:     volumewatcher.Hooks{Attempt: metrics.ReleaseAttempt, Failure: metrics.ReleaseFailure},
 	})
+	metrics.SetQueueDepthFunc(s.volumeWatcher.QueueDepth)
 	s.sessions.byID = map[*yamux.Session]*netrpc.Server{}
 	if err := s.setupRaft(); err != nil {
 		return nil, err

@@ -26,9 +26,12 @@ const (
 	EventVolumeUpdated      = "VolumeUpdated"
 	EventVolumeDeregistered = "VolumeDeregistered"
 
-	EventClaimTaken              = "ClaimTaken"
-	EventClaimReleasing          = "ClaimReleasing"
-	EventClaimNodeDetached       = "ClaimNodeDetached"
+	EventClaimTaken        = "ClaimTaken"
+	EventClaimReleasing    = "ClaimReleasing"
+	EventClaimNodeDetached = "ClaimNodeDetached"
+	// EventClaimNodeDetachSkipped is a node step the release skipped
+	// because the node is down or gone; the Note says which.
+	EventClaimNodeDetachSkipped  = "ClaimNodeDetachSkipped"
 	EventClaimControllerDetached = "ClaimControllerDetached"
 	EventClaimFreed              = "ClaimFreed"
 	EventClaimReleaseFailed      = "ClaimReleaseFailed"
@@ -68,6 +71,9 @@ type CSIClaimEvent struct {
 	Attempts     int
 	LastError    string
 	NextAttempt  int64 // Unix nanoseconds, stamped by the leader
+	// Note says what the release did that is worth knowing, such as a
+	// node step skipped because the node is down.
+	Note string
 }
 
 // Limits of the broker. A subscriber whose buffer fills is dropped rather
@@ -440,6 +446,9 @@ func claimEvents(index uint64, before, after *structs.CSIVolume) []Event {
 			typ, now = EventClaimFreed, claimView{was.claim, structs.CSIVolumeClaimStateReadyToFree}
 		case !hadIt || was.state != now.state:
 			typ = claimTypes[now.state]
+			if now.state == structs.CSIVolumeClaimStateNodeDetached && now.claim.Note != "" {
+				typ = EventClaimNodeDetachSkipped
+			}
 		case now.claim.Attempts > was.claim.Attempts:
 			typ = EventClaimReleaseFailed
 		}
@@ -459,6 +468,7 @@ func claimEvents(index uint64, before, after *structs.CSIVolume) []Event {
 				Attempts:     c.Attempts,
 				LastError:    c.LastError,
 				NextAttempt:  c.NextAttempt,
+				Note:         c.Note,
 			},
 		})
 	}
