@@ -43,8 +43,8 @@ func value(t *testing.T, text, series string) float64 {
 func TestMetrics_ServedInTextFormat(t *testing.T) {
 	// The registry is the process's: compare with what earlier runs left.
 	counters := []string{
-		`volplane_claim_release_attempts_total{step="node"}`,
-		`volplane_claim_release_failures_total{step="controller"}`,
+		`volplane_claim_release_attempts_total{step="node-detach"}`,
+		`volplane_claim_release_failures_total{step="controller-detach"}`,
 		`volplane_client_rpc_duration_seconds_count{code="ok",method="ClientCSI.NodeDetachVolume"}`,
 		`volplane_client_rpc_duration_seconds_count{code="no-path-to-node",method="ClientCSI.NodeDetachVolume"}`,
 		`volplane_client_rpc_duration_seconds_count{code="internal",method="ClientCSI.ControllerDetachVolume"}`,

@@ -49,8 +49,8 @@ func TestMetrics_RealServer(t *testing.T) {
 	text := string(b)
 	for _, want := range []string{
 		`volplane_csi_past_claims{state="unpublishing"} 0`,
-		`volplane_claim_release_attempts_total{step="node"}`,
-		`volplane_claim_release_failures_total{step="controller"}`,
+		`volplane_claim_release_attempts_total{step="node-detach"}`,
+		`volplane_claim_release_failures_total{step="controller-detach"}`,
 		`volplane_client_rpc_duration_seconds_count{code="no-path-to-node",method="ClientCSI.NodeDetachVolume"}`,
 		"volplane_volumewatcher_queue_depth ",
 		"go_goroutines ",
