@@ -21,6 +21,11 @@ type Client struct {
 	plugins   *pluginManager
 	rpcServer *netrpc.Server
 	servers   *serverList
+	allocs    *allocManager
+	// volumeLocks serialises, per volume, the allocation runners' stage
+	// and publish with the servers' node detaches, so that a detach never
+	// unstages a volume another allocation is being published from.
+	volumeLocks keyedMutex
 
 	connMu sync.Mutex
 	cur    *serverConn
@@ -80,8 +85,14 @@ func NewClient(cfg *Config) (*Client, error) {
 		cancel()
 		return nil, err
 	}
+	if cl.allocs, err = newAllocManager(cl); err != nil {
+		cl.plugins.close()
+		cancel()
+		return nil, err
+	}
 	cl.plugins.run(ctx, cl.goFunc)
 	cl.goFunc(cl.heartbeatLoop)
+	cl.allocs.start()
 	cl.logger.Info("client started", "node_id", id.NodeID, "name", cfg.NodeName,
 		"servers", cfg.Servers, "plugins", len(cfg.Plugins))
 	return cl, nil
@@ -124,7 +135,9 @@ func (c *Client) Servers() (all []string, current string) {
 
 // Shutdown stops every goroutine the client started and waits for them.
 // The node is not deregistered: the servers mark it down once its
-// heartbeats stop, and it comes back when the agent restarts.
+// heartbeats stop, and it comes back when the agent restarts. The
+// allocations' tasks keep running and their volumes stay published: the
+// next start of the agent takes them over from its state file.
 func (c *Client) Shutdown() error {
 	c.shutdownOnce.Do(func() {
 		c.logger.Info("client shutting down")
@@ -139,6 +152,7 @@ func (c *Client) Shutdown() error {
 		// A heartbeat may have opened a session after the first close.
 		c.closeConn()
 		c.plugins.close()
+		c.allocs.close()
 	})
 	return nil
 }

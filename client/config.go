@@ -1,7 +1,10 @@
 // Package client is the client agent: it keeps its node registered with the
 // servers and heartbeating over one yamux session, fingerprints the CSI
-// plugins on its machine and reports their health, and serves the ClientCSI
-// calls the servers make back over that session.
+// plugins on its machine and reports their health, serves the ClientCSI
+// calls the servers make back over that session, and runs the allocations
+// placed on its node (claim, stage and publish their volumes, run their
+// tasks, report), keeping their state in a local database so that a
+// restarted agent resumes them without the servers.
 package client
 
 import (
@@ -24,6 +27,11 @@ const (
 	DefaultPluginGoneTTL       = time.Minute
 	DefaultRPCTimeout          = 10 * time.Second
 	DefaultDatacenter          = "dc1"
+	DefaultAllocWatchWait      = 5 * time.Minute
+	DefaultClaimBackoffMin     = time.Second
+	DefaultClaimBackoffMax     = 30 * time.Second
+	DefaultTaskKillTimeout     = 5 * time.Second
+	DefaultTaskPollInterval    = 250 * time.Millisecond
 )
 
 // PluginConfig is one CSI plugin the client drives.
@@ -42,8 +50,9 @@ type PluginConfig struct {
 type Config struct {
 	// NodeName is the node's human name; defaults to the host name.
 	NodeName string
-	// DataDir holds the node's identity, the CSI staging and target paths
-	// and the record of which allocation uses which volume. Required.
+	// DataDir holds the node's identity, the CSI staging and target paths,
+	// the record of which allocation uses which volume, the allocations'
+	// durable state (client-state.db) and their directories. Required.
 	DataDir string
 	// Servers are RPC addresses ("host:port") of servers to register with.
 	Servers []string
@@ -63,12 +72,31 @@ type Config struct {
 	// RPCTimeout bounds one call to a server.
 	RPCTimeout time.Duration
 
+	// AllocWatchWait is how long one blocking query for the node's
+	// allocations waits for a change before it is asked again.
+	AllocWatchWait time.Duration
+	// ClaimBackoffMin and ClaimBackoffMax bound the pause between two
+	// attempts of a volume claim (or node stage or publish) that failed in
+	// a way that may pass: it starts at Min and doubles, with jitter, up to
+	// Max. The allocation waits as long as it takes, until it is stopped.
+	ClaimBackoffMin time.Duration
+	ClaimBackoffMax time.Duration
+	// TaskKillTimeout is how long a stopped task has between SIGTERM and
+	// SIGKILL.
+	TaskKillTimeout time.Duration
+	// TaskPollInterval is how often the processes of running tasks are
+	// checked for their exit.
+	TaskPollInterval time.Duration
+
 	// newFingerprinter replaces the CSI client for tests of the plugin
 	// manager; nil means the real one.
 	newFingerprinter func(PluginConfig, hclog.Logger) (fingerprinter, error)
 	// onFingerprint, when set, is told the outcome of every fingerprint:
 	// the failures in a row and whether the instance is reported healthy.
 	onFingerprint func(pluginID string, failures int, healthy bool)
+	// serverRetryMax, when set, caps the pause between failed rounds of the
+	// allocation query and reports instead of retryMax (tests).
+	serverRetryMax time.Duration
 }
 
 // normalize fills defaults and rejects a configuration that cannot work,
@@ -98,6 +126,25 @@ func (c *Config) normalize() error {
 	}
 	if c.RPCTimeout <= 0 {
 		c.RPCTimeout = DefaultRPCTimeout
+	}
+	if c.AllocWatchWait <= 0 {
+		c.AllocWatchWait = DefaultAllocWatchWait
+	}
+	if c.ClaimBackoffMin <= 0 {
+		c.ClaimBackoffMin = DefaultClaimBackoffMin
+	}
+	if c.ClaimBackoffMax <= 0 {
+		c.ClaimBackoffMax = DefaultClaimBackoffMax
+	}
+	c.ClaimBackoffMax = max(c.ClaimBackoffMax, c.ClaimBackoffMin)
+	if c.TaskKillTimeout <= 0 {
+		c.TaskKillTimeout = DefaultTaskKillTimeout
+	}
+	if c.TaskPollInterval <= 0 {
+		c.TaskPollInterval = DefaultTaskPollInterval
+	}
+	if c.serverRetryMax <= 0 {
+		c.serverRetryMax = retryMax
 	}
 	var m structs.MultiError
 	if c.DataDir == "" {

@@ -28,10 +28,6 @@ import (
 // they are never logged.
 type ClientCSI struct {
 	c *Client
-	// volumeLocks serialises node detaches of one volume, so two of them
-	// cannot each see the other's allocation and both leave the volume
-	// staged.
-	volumeLocks keyedMutex
 }
 
 // ControllerAttachVolume publishes a volume to a node (ControllerPublishVolume)
@@ -181,7 +177,10 @@ func (e *ClientCSI) ControllerDeleteVolume(args *structs.ClientCSIControllerDele
 // NodeUnpublishVolume at the allocation's target path, then, when the node
 // plugin stages and no other allocation here uses the same staging path,
 // NodeUnstageVolume. Each step counts a "nothing to undo" answer as done,
-// so a retried detach completes.
+// so a retried detach completes. While the allocation still sets up its
+// volumes or runs tasks here, the detach is refused with a retryable
+// error: a volume is never pulled from under a running task. Once done, the
+// client forgets the allocation's use of the volume.
 func (e *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequest, reply *structs.ClientCSIEmptyResponse) error {
 	const name = "ClientCSI.NodeDetachVolume"
 	var m structs.MultiError
@@ -197,12 +196,15 @@ func (e *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequ
 	if err := e.check(name, &m, args.ClientCSITarget); err != nil {
 		return err
 	}
+	if err := e.c.allocs.checkDetach(args.AllocID); err != nil {
+		return structs.Wrap(err, "%s: volume %q", name, args.VolumeID)
+	}
 	plugin, nodeInfo, err := e.c.plugins.node(args.PluginID)
 	if err != nil {
 		return err
 	}
 	namespace := args.RequestNamespace()
-	unlock := e.volumeLocks.lock(args.PluginID + "\x00" + namespace + "\x00" + args.VolumeID)
+	unlock := e.c.volumeLocks.lock(args.PluginID + "\x00" + namespace + "\x00" + args.VolumeID)
 	defer unlock()
 
 	target := e.c.paths.TargetPath(args.AllocID, args.VolumeID)
@@ -239,6 +241,7 @@ func (e *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequ
 		return structs.NewError(structs.ErrCodeInternal, "%s: volume %q of allocation %q was detached but not forgotten: %v",
 			name, args.VolumeID, args.AllocID, err)
 	}
+	e.c.allocs.volumeDetached(args.AllocID, args.VolumeID)
 	e.c.logger.Debug("volume detached from node", "volume_id", args.VolumeID, "alloc_id", args.AllocID)
 	return nil
 }

@@ -1,0 +1,344 @@
+package client
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// allocManager runs the allocations placed on this node: it learns them
+// with a blocking query (Node.GetClientAllocs), runs one allocRunner per
+// allocation, keeps their state in the state file, and forgets an
+// allocation once it ended, the servers know it, and the servers have
+// released its volumes from this node (NodeDetachVolume).
+//
+// The client never releases a volume on its own: releases are the servers'
+// (the volumewatcher drives them through ClientCSI.NodeDetachVolume), and
+// the manager refuses them while an allocation still runs.
+type allocManager struct {
+	c      *Client
+	logger hclog.Logger
+	state  *stateDB
+	rep    *allocReporter
+	// shimExe supervises tasks (see task_shim.go); "" when unknown.
+	shimExe string
+
+	mu      sync.Mutex
+	runners map[string]*allocRunner
+	// orphans are records left of allocations whose own record was lost
+	// (a damaged state file): a runner built for the allocation later
+	// takes them over, so a published volume is not published again.
+	orphans map[string]*allocBundle
+}
+
+// newAllocManager opens the state file and rebuilds the runners of the
+// allocations it holds; start sets them going.
+func newAllocManager(c *Client) (*allocManager, error) {
+	logger := c.logger.Named("allocs")
+	state, bundles, err := openStateDB(c.config.DataDir, logger)
+	if err != nil {
+		return nil, err
+	}
+	m := &allocManager{
+		c: c, logger: logger, state: state,
+		runners: map[string]*allocRunner{}, orphans: map[string]*allocBundle{},
+	}
+	m.rep = newAllocReporter(c, m.acked)
+	if m.shimExe, err = os.Executable(); err != nil {
+		logger.Error("cannot find the agent's own executable: tasks cannot be started", "error", err)
+	}
+	for id, b := range bundles {
+		if b.Alloc == nil {
+			m.orphans[id] = b
+			continue
+		}
+		m.runners[id] = newAllocRunner(m, b.Alloc, b.Volumes, b.Tasks)
+	}
+	if len(bundles) > 0 {
+		logger.Info("restored allocations from the client state file", "allocs", len(m.runners), "orphaned_records", len(m.orphans))
+	}
+	return m, nil
+}
+
+// start runs the query loop, the reporter and the restored runners.
+func (m *allocManager) start() {
+	ctx := m.c.ctx
+	m.c.goFunc(func() { m.rep.run(ctx) })
+	m.c.goFunc(func() { m.watch(ctx) })
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.runners {
+		m.c.goFunc(func() { r.run(ctx) })
+	}
+}
+
+// close closes the state file, once every runner has returned.
+func (m *allocManager) close() {
+	if err := m.state.close(); err != nil {
+		m.logger.Warn("closing the client state file", "error", err)
+	}
+}
+
+// watch asks the servers for the node's allocations, blocking until they
+// change, and reconciles the runners with each answer. It starts once the
+// node is registered (the query is authenticated by the node's secret) and
+// retries with backoff while no server answers.
+func (m *allocManager) watch(ctx context.Context) {
+	select {
+	case <-m.c.registered:
+	case <-ctx.Done():
+		return
+	}
+	var index uint64
+	retry := retryMin
+	var lastErr string
+	for ctx.Err() == nil {
+		args := &structs.NodeClientAllocsRequest{NodeID: m.c.id.NodeID, SecretID: m.c.id.SecretID}
+		args.MinQueryIndex = index
+		args.MaxQueryTime = m.c.config.AllocWatchWait
+		// The server the client talks to answers from its own state rather
+		// than forwarding to the leader: every client's long poll would
+		// otherwise sit on the leader, and a follower answers even while
+		// the cluster has no leader. Its state may lag by a moment, which
+		// the next answer makes up.
+		args.AllowStale = true
+		var reply structs.NodeClientAllocsResponse
+		err := m.c.rpc("Node.GetClientAllocs", args, &reply)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if err.Error() != lastErr {
+				m.logger.Warn("querying the node's allocations failed; retrying", "error", err)
+				lastErr = err.Error()
+			}
+			t := time.NewTimer(retry)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			retry = min(retry*2, m.c.config.serverRetryMax)
+			continue
+		}
+		retry, lastErr = retryMin, ""
+		// An index that went back means the servers' state was rebuilt:
+		// start over rather than wait for it to pass the old one.
+		index = max(reply.Index, 1)
+		m.reconcile(ctx, &reply)
+	}
+}
+
+// reconcile starts a runner for each new allocation the servers want run
+// here, and stops the runners of allocations they want stopped or no
+// longer list (in an answer recent enough to list them).
+func (m *allocManager) reconcile(ctx context.Context, reply *structs.NodeClientAllocsResponse) {
+	listed := map[string]bool{}
+	var start []*allocRunner
+	m.mu.Lock()
+	for _, a := range reply.Allocs {
+		if a == nil || a.NodeID != m.c.id.NodeID {
+			continue
+		}
+		listed[a.ID] = true
+		if r := m.runners[a.ID]; r != nil {
+			if a.ServerTerminal() {
+				r.stop(stopDescription(a))
+			}
+			continue
+		}
+		if a.Terminal() {
+			// Ended before (and forgotten since), or stopped before it
+			// ever ran here.
+			continue
+		}
+		var group *structs.TaskGroup
+		if job := reply.Jobs[structs.JobKey(a.Namespace, a.JobID)]; job != nil {
+			if job.Version != a.JobVersion {
+				m.logger.Warn("allocation runs another version of its job than the servers have; running the servers' version",
+					"alloc_id", a.ID, "alloc_job_version", a.JobVersion, "job_version", job.Version)
+			}
+			group = job.LookupTaskGroup(a.TaskGroup).Copy()
+		}
+		rec := &allocRecord{
+			ID: a.ID, Namespace: a.Namespace, Name: a.Name, JobID: a.JobID, TaskGroup: a.TaskGroup,
+			JobVersion: a.JobVersion, Group: group, CreateIndex: a.CreateIndex, ClientStatus: structs.AllocClientStatusPending,
+		}
+		var vols map[string]*volumeRecord
+		var tasks map[string]*taskRecord
+		if o := m.orphans[a.ID]; o != nil {
+			vols, tasks = o.Volumes, o.Tasks
+			delete(m.orphans, a.ID)
+		}
+		r := newAllocRunner(m, rec, vols, tasks)
+		m.runners[a.ID] = r
+		start = append(start, r)
+	}
+	for id, r := range m.runners {
+		// An answer older than the allocation (a server that lags, since
+		// the query reads stale) says nothing about it.
+		if !listed[id] && reply.Index >= r.createIndex() {
+			r.forgotten()
+		}
+	}
+	m.mu.Unlock()
+	for _, r := range start {
+		r.logger.Info("starting allocation", "name", r.rec.Name, "job_id", r.rec.JobID, "job_version", r.rec.JobVersion)
+		r.persist(true, nil, nil)
+		m.c.goFunc(func() { r.run(ctx) })
+	}
+}
+
+func stopDescription(a *structs.Allocation) string {
+	if a.DesiredDescription != "" {
+		return "stopped by the servers: " + a.DesiredDescription
+	}
+	return "stopped by the servers"
+}
+
+func (m *allocManager) runner(allocID string) *allocRunner {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.runners[allocID]
+}
+
+// acked is the reporter telling that the servers accepted an update.
+func (m *allocManager) acked(u *structs.AllocClientUpdate, gone bool) {
+	if r := m.runner(u.ID); r != nil {
+		r.acked(u.ClientStatus, gone)
+		m.maybeForget(u.ID)
+	}
+}
+
+// checkDetach refuses a release of the allocation's volume while the
+// allocation still runs on this node: unpublishing a volume under a running
+// task would pull its data away. The error is retryable, so the servers try
+// again later.
+func (m *allocManager) checkDetach(allocID string) error {
+	r := m.runner(allocID)
+	if r == nil {
+		return nil
+	}
+	switch r.getPhase() {
+	case phaseSetup:
+		return structs.NewError(structs.ErrCodeRetryable, "allocation %q is still setting up its volumes on this node", allocID)
+	case phaseRunning:
+		return structs.NewError(structs.ErrCodeRetryable, "allocation %q still has running tasks", allocID)
+	}
+	return nil
+}
+
+// volumeDetached forgets an allocation's volume once the servers released
+// it from this node, and then the allocation, if nothing else is left.
+func (m *allocManager) volumeDetached(allocID, volumeID string) {
+	if r := m.runner(allocID); r != nil {
+		r.volumeDetached(volumeID)
+		m.maybeForget(allocID)
+		return
+	}
+	m.mu.Lock()
+	o := m.orphans[allocID]
+	var aliases []string
+	if o != nil {
+		for alias, v := range o.Volumes {
+			if v.VolumeID == volumeID {
+				aliases = append(aliases, alias)
+				delete(o.Volumes, alias)
+			}
+		}
+		if len(o.Volumes) == 0 {
+			delete(m.orphans, allocID)
+		}
+	}
+	m.mu.Unlock()
+	for _, alias := range aliases {
+		if err := m.state.deleteVolume(allocID, alias); err != nil {
+			m.logger.Error("forgetting a released volume", "alloc_id", allocID, "volume_id", volumeID, "error", err)
+		}
+	}
+}
+
+// maybeForget drops an allocation that ended, whose end the servers know,
+// and that holds no claimed volume on this node any more: its records, its
+// runner and its directory.
+func (m *allocManager) maybeForget(allocID string) {
+	m.mu.Lock()
+	r := m.runners[allocID]
+	if r == nil || !r.forgettable() {
+		m.mu.Unlock()
+		return
+	}
+	delete(m.runners, allocID)
+	m.mu.Unlock()
+	if err := m.state.deleteAlloc(allocID); err != nil {
+		m.logger.Error("forgetting an allocation", "alloc_id", allocID, "error", err)
+	}
+	if err := os.RemoveAll(m.c.allocDir(allocID)); err != nil {
+		m.logger.Warn("removing an allocation's directory", "alloc_id", allocID, "error", err)
+	}
+	removeEmptyDir(m.c.paths.AllocDir(allocID))
+	r.logger.Debug("allocation forgotten: it ended and its volumes were released")
+}
+
+// backoff is the pause before attempt+1 of a claim, stage or publish: from
+// ClaimBackoffMin, doubling up to ClaimBackoffMax, less up to a fifth so
+// that allocations waiting for the same release do not retry in step.
+func (m *allocManager) backoff(attempt int) time.Duration {
+	lo, hi := m.c.config.ClaimBackoffMin, m.c.config.ClaimBackoffMax
+	d := hi
+	if attempt < 32 {
+		if s := lo << (attempt - 1); s > 0 && s < hi {
+			d = s
+		}
+	}
+	return d - rand.N(d/5+1)
+}
+
+// AllocIDs returns the allocations the client runs or remembers, sorted.
+func (c *Client) AllocIDs() []string {
+	c.allocs.mu.Lock()
+	defer c.allocs.mu.Unlock()
+	var out []string
+	for id := range c.allocs.runners {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// AllocState is what the client knows of one allocation: its status as
+// the client reports it, its volumes and its tasks.
+type AllocState struct {
+	ClientStatus      string
+	ClientDescription string
+	Volumes           map[string]structs.AllocVolumeState
+	// Tasks are the PIDs of the tasks' supervisors (0 before a start),
+	// and Exited whether they ended.
+	Tasks map[string]TaskState
+}
+
+// TaskState is one task as the client knows it.
+type TaskState struct {
+	PID         int
+	State       string
+	Failed      bool
+	Description string
+}
+
+// AllocState returns what the client knows of an allocation, and whether
+// it knows it.
+func (c *Client) AllocState(allocID string) (AllocState, bool) {
+	r := c.allocs.runner(allocID)
+	if r == nil {
+		return AllocState{}, false
+	}
+	return r.snapshot(), true
+}

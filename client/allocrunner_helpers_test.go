@@ -1,0 +1,269 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/volplane/volplane/plugins/csi/devplugin"
+	"github.com/volplane/volplane/server"
+	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/testutil"
+)
+
+// allocEnv is a cluster for the allocation runner's tests: servers, and
+// client agents each driving its own instance of the development plugin,
+// the instances sharing one storage system.
+type allocEnv struct {
+	t        *testing.T
+	servers  []*server.Server
+	stateDir string
+	plugins  []*devplugin.Plugin
+	// dataDirs are the clients' data dirs, kept across their restarts.
+	dataDirs []string
+}
+
+func newAllocEnv(t *testing.T, servers []*server.Server, clients int) *allocEnv {
+	t.Helper()
+	e := &allocEnv{t: t, servers: servers, stateDir: t.TempDir()}
+	for i := range clients {
+		e.plugins = append(e.plugins, startPlugin(t, pluginSocket(t, "dev"), e.stateDir, fmt.Sprintf("storage-%d", i)))
+		dir := t.TempDir()
+		e.dataDirs = append(e.dataDirs, dir)
+		// After every client of the test is shut down (cleanups run last
+		// registered first), end the tasks they left running.
+		t.Cleanup(func() { killTasksUnder(t, dir) })
+	}
+	return e
+}
+
+// startClient starts client i (again) on its data dir, with the
+// allocation runner's timings shortened; cb may change its config.
+func (e *allocEnv) startClient(i int, cb func(*Config)) *Client {
+	e.t.Helper()
+	return testClient(e.t, addrs(e.servers...), func(cfg *Config) {
+		cfg.NodeName = fmt.Sprintf("client-%d", i)
+		cfg.Logger = testLogger(e.t, cfg.NodeName, nil)
+		cfg.DataDir = e.dataDirs[i]
+		cfg.Plugins = []PluginConfig{{ID: "dev", Endpoint: e.plugins[i].Endpoint()}}
+		cfg.ClaimBackoffMin = 50 * time.Millisecond
+		cfg.ClaimBackoffMax = 400 * time.Millisecond
+		cfg.TaskKillTimeout = 2 * time.Second
+		cfg.TaskPollInterval = 50 * time.Millisecond
+		cfg.AllocWatchWait = 10 * time.Second
+		cfg.serverRetryMax = 250 * time.Millisecond
+		if cb != nil {
+			cb(cfg)
+		}
+	})
+}
+
+// waitNodesHealthy waits until the plugin has n healthy node instances,
+// so that the placer can use every client.
+func (e *allocEnv) waitNodesHealthy(srv *server.Server, n int) {
+	e.t.Helper()
+	waitPlugin(e.t, srv, "dev", func(p *structs.CSIPlugin) error {
+		if p == nil || p.NodesHealthy != n || p.ControllersHealthy != n {
+			return fmt.Errorf("plugin is %+v", p)
+		}
+		return nil
+	})
+}
+
+// createVolume creates a single-node-writer file-system volume through the
+// servers (and a client's controller) and returns its external ID.
+func (e *allocEnv) createVolume(srv *server.Server, id string) string {
+	e.t.Helper()
+	vol := testutil.CSIVolume("dev")
+	vol.ID, vol.Name, vol.ExternalID, vol.Parameters = id, id, "", nil
+	vol.MountOptions = &structs.CSIMountOptions{FSType: "ext4"}
+	var resp structs.CSIVolumeCreateResponse
+	must.NoError(e.t, srv.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{vol}}, &resp))
+	must.Len(e.t, 1, resp.Volumes)
+	return resp.Volumes[0].ExternalID
+}
+
+// taskScript writes the allocation's name to "hello" in its volume, then
+// runs until the file "done" appears in its allocation directory.
+const taskScript = `echo "$VOLPLANE_ALLOC_NAME" > "$VOLPLANE_VOLUME_DATA/hello" && ` +
+	`while [ ! -e "$VOLPLANE_ALLOC_DIR/done" ]; do sleep 0.05; done`
+
+// writerJob is a service job whose group of count allocations each uses
+// the volume source (per allocation when perAlloc) and runs script.
+func writerJob(id string, count int, source string, perAlloc bool, script string) *structs.Job {
+	return &structs.Job{
+		ID: id, Namespace: structs.DefaultNamespace, Type: structs.JobTypeService,
+		TaskGroups: []*structs.TaskGroup{{
+			Name: "g", Count: count,
+			Volumes: map[string]*structs.VolumeRequest{"data": {
+				Name: "data", Type: structs.VolumeTypeCSI, Source: source, PerAlloc: perAlloc,
+				AccessMode:     structs.CSIVolumeAccessModeSingleNodeWriter,
+				AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem,
+				MountOptions:   &structs.CSIMountOptions{FSType: "ext4", MountFlags: []string{"noatime"}},
+			}},
+			Tasks: []*structs.Task{{
+				Name: "t", Driver: "exec",
+				Config:       structs.TaskConfig{Command: "/bin/sh", Args: []string{"-c", script}},
+				VolumeMounts: []*structs.VolumeMount{{Volume: "data", Destination: "/data"}},
+			}},
+		}},
+	}
+}
+
+func registerJob(t *testing.T, srv *server.Server, job *structs.Job) {
+	t.Helper()
+	must.NoError(t, srv.RPC("Job.Register", &structs.JobRegisterRequest{Job: job}, &structs.JobRegisterResponse{}))
+}
+
+// waitAllocs waits until the job has n allocations that pass check, and
+// returns them by name (the latest of each name).
+func waitAllocs(t *testing.T, srv *server.Server, jobID string, n int, check func(*structs.Allocation) error) map[string]*structs.Allocation {
+	t.Helper()
+	out := map[string]*structs.Allocation{}
+	testutil.WaitForResult(t, 30*time.Second, func() (bool, error) {
+		allocs, err := srv.State().AllocsByJob(nil, structs.DefaultNamespace, jobID)
+		if err != nil {
+			return false, err
+		}
+		clear(out)
+		var errs []error
+		ok := 0
+		for _, a := range allocs {
+			if err := check(a); err != nil {
+				errs = append(errs, fmt.Errorf("%s (%s): %w", a.Name, a.ID, err))
+				continue
+			}
+			ok++
+			if old := out[a.Name]; old == nil || old.CreateIndex < a.CreateIndex {
+				out[a.Name] = a
+			}
+		}
+		if ok != n {
+			return false, fmt.Errorf("%d of %d allocations ready: %v", ok, n, errors.Join(errs...))
+		}
+		return true, nil
+	})
+	return out
+}
+
+// waitAlloc waits until the allocation passes check and returns it.
+func waitAlloc(t *testing.T, srv *server.Server, allocID string, check func(*structs.Allocation) error) *structs.Allocation {
+	t.Helper()
+	var out *structs.Allocation
+	testutil.WaitForResult(t, 30*time.Second, func() (bool, error) {
+		a, err := srv.State().AllocByID(nil, allocID)
+		if err != nil || a == nil {
+			return false, fmt.Errorf("allocation %s: %v", allocID, err)
+		}
+		out = a
+		if err := check(a); err != nil {
+			return false, err
+		}
+		return true, nil
+	})
+	return out
+}
+
+// clientStatus checks an allocation's client status.
+func clientStatus(want string) func(*structs.Allocation) error {
+	return func(a *structs.Allocation) error {
+		if a.ClientStatus != want {
+			return fmt.Errorf("client status %q (%s), want %q", a.ClientStatus, a.ClientDescription, want)
+		}
+		return nil
+	}
+}
+
+// callsFor returns the calls of method on the external volume ID, in order.
+func callsFor(t *testing.T, stateDir, method, volumeID string) []devplugin.Call {
+	t.Helper()
+	calls, err := devplugin.ReadCallLog(stateDir)
+	must.NoError(t, err)
+	var out []devplugin.Call
+	for _, c := range calls {
+		if c.Method == method && c.VolumeID == volumeID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// methodsFor returns the methods called on the external volume ID, in
+// order.
+func methodsFor(t *testing.T, stateDir, volumeID string) []string {
+	t.Helper()
+	calls, err := devplugin.ReadCallLog(stateDir)
+	must.NoError(t, err)
+	var out []string
+	for _, c := range calls {
+		if c.VolumeID == volumeID {
+			out = append(out, c.Method)
+		}
+	}
+	return out
+}
+
+// readHello reads the file an allocation's task wrote into its volume.
+func readHello(t *testing.T, stateDir, externalID string) string {
+	t.Helper()
+	var out string
+	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
+		b, err := os.ReadFile(filepath.Join(devplugin.VolumeDataDir(stateDir, externalID), "hello"))
+		out = strings.TrimSpace(string(b))
+		return err == nil && out != "", err
+	})
+	return out
+}
+
+// finishTask makes the taskScript of the allocation exit 0.
+func finishTask(t *testing.T, c *Client, allocID string) {
+	t.Helper()
+	must.NoError(t, os.WriteFile(filepath.Join(c.allocDir(allocID), "done"), nil, 0o600))
+}
+
+// killTasksUnder kills every process whose working directory is under dir
+// (the tasks and shims of a client whose data dir it is), with its process
+// group, and waits until they are gone: a client leaves its tasks running
+// when it shuts down, as it should, and the test must not.
+func killTasksUnder(t *testing.T, dir string) {
+	t.Helper()
+	find := func() []int {
+		entries, _ := os.ReadDir("/proc")
+		var pids []int
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+			if err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) && !isZombie(pid) {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
+	}
+	killed := find()
+	for _, pid := range killed {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
+		// Reap those that were children of this process.
+		for _, pid := range killed {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		}
+		if left := find(); len(left) > 0 {
+			return false, fmt.Errorf("processes under %s survived SIGKILL: %v", dir, left)
+		}
+		return true, nil
+	})
+}

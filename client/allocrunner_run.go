@@ -1,0 +1,474 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// runnerPhase is where an allocation is in its life on this node.
+type runnerPhase int
+
+const (
+	// phaseSetup: claiming, staging and publishing its volumes.
+	phaseSetup runnerPhase = iota
+	// phaseRunning: its tasks were started; some may have ended.
+	phaseRunning
+	// phaseDone: every task ended, or the allocation ended before they
+	// started. Its volumes may be released.
+	phaseDone
+)
+
+// allocRunner runs one allocation: it sets up its volumes, starts its
+// tasks, supervises them until they end or the allocation is stopped, and
+// reports each change. Its goroutine (run) is the only writer of its
+// records; others read them under mu.
+type allocRunner struct {
+	m      *allocManager
+	id     string
+	logger hclog.Logger
+	// stopCh is closed once the allocation is asked to stop.
+	stopCh   chan struct{}
+	stopOnce sync.Once
+
+	mu    sync.Mutex
+	rec   *allocRecord
+	vols  map[string]*volumeRecord
+	tasks map[string]*taskRecord
+	// gone is set once the servers no longer list the allocation.
+	gone bool
+}
+
+func newAllocRunner(m *allocManager, rec *allocRecord, vols map[string]*volumeRecord, tasks map[string]*taskRecord) *allocRunner {
+	if vols == nil {
+		vols = map[string]*volumeRecord{}
+	}
+	if tasks == nil {
+		tasks = map[string]*taskRecord{}
+	}
+	r := &allocRunner{
+		m: m, id: rec.ID, rec: rec, vols: vols, tasks: tasks,
+		logger: m.logger.With("alloc_id", rec.ID),
+		stopCh: make(chan struct{}),
+	}
+	if rec.StopReason != "" {
+		r.stopOnce.Do(func() { close(r.stopCh) })
+	}
+	return r
+}
+
+func (r *allocRunner) getPhase() runnerPhase {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.phaseLocked()
+}
+
+func (r *allocRunner) phaseLocked() runnerPhase {
+	switch {
+	case r.rec.Done:
+		return phaseDone
+	case r.rec.SetupDone:
+		return phaseRunning
+	}
+	return phaseSetup
+}
+
+// stop asks the allocation to stop: its setup ends, its tasks are
+// signalled. Asking again changes nothing.
+func (r *allocRunner) stop(reason string) {
+	r.mu.Lock()
+	changed := r.rec.StopReason == "" && !r.rec.Done
+	if changed {
+		r.rec.StopReason = reason
+	}
+	r.mu.Unlock()
+	if changed {
+		r.logger.Info("stopping allocation", "reason", reason)
+		r.persist(true, nil, nil)
+	}
+	r.stopOnce.Do(func() { close(r.stopCh) })
+}
+
+// forgotten is the servers no longer listing the allocation: it stops, and
+// its updates are not expected to be accepted any more.
+func (r *allocRunner) forgotten() {
+	r.mu.Lock()
+	r.gone = true
+	r.mu.Unlock()
+	r.stop("the servers no longer list the allocation")
+}
+
+func (r *allocRunner) createIndex() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rec.CreateIndex
+}
+
+func (r *allocRunner) stopped() bool {
+	select {
+	case <-r.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// run drives the allocation from where its records say it is. It returns
+// when the allocation is done, or when the agent shuts down: a shutdown
+// leaves tasks running and volumes published, for the next start to take
+// over.
+func (r *allocRunner) run(ctx context.Context) {
+	r.report()
+	switch r.getPhase() {
+	case phaseDone:
+		r.m.maybeForget(r.id)
+		return
+	case phaseSetup:
+		if r.rec.Group == nil {
+			r.finish(structs.AllocClientStatusFailed, "the allocation's job or task group is gone from the servers")
+			return
+		}
+		err := r.setupVolumes(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, errAllocStopped):
+			r.finish(structs.AllocClientStatusComplete, "stopped before its tasks started: "+r.stopReason())
+			return
+		case err != nil:
+			r.finish(structs.AllocClientStatusFailed, err.Error())
+			return
+		}
+		if r.stopped() {
+			r.finish(structs.AllocClientStatusComplete, "stopped before its tasks started: "+r.stopReason())
+			return
+		}
+		r.mu.Lock()
+		r.rec.SetupDone = true
+		r.mu.Unlock()
+		r.persist(true, nil, nil)
+	}
+	r.startTasks()
+	r.supervise(ctx)
+}
+
+func (r *allocRunner) stopReason() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rec.StopReason
+}
+
+// startTasks starts the tasks that have not started, and takes over those
+// that run from an earlier start of the agent.
+func (r *allocRunner) startTasks() {
+	allocDir := r.m.c.allocDir(r.id)
+	targets := map[string]string{}
+	r.mu.Lock()
+	for alias, v := range r.vols {
+		if v.State.Step == structs.AllocVolumeStepPublished {
+			targets[alias] = v.TargetPath
+		}
+	}
+	r.mu.Unlock()
+	for _, task := range r.rec.Group.Tasks {
+		paths := newTaskPaths(allocDir, task.Name)
+		t := r.task(task.Name)
+		switch t.State {
+		case taskDead:
+			continue
+		case taskRunning:
+			// Running from before the agent restarted. One that ended
+			// meanwhile is collected by the first poll.
+			if t.Process.alive() {
+				r.logger.Info("task still running from before the agent restarted; supervising it", "task", t.Name, "pid", t.Process.PID)
+			}
+			continue
+		}
+		// Pending. A shim may have started it before the agent could
+		// record so (the agent stopped, or its state file was lost).
+		if p, ok := readPIDFile(paths); ok && p.alive() {
+			r.updateTask(t.Name, func(t *taskRecord) { t.State, t.Process = taskRunning, p })
+			r.logger.Info("task found running from an earlier start; supervising it", "task", t.Name, "pid", p.PID)
+			continue
+		}
+		if exit, err := readExit(paths); err == nil {
+			t = r.updateTask(t.Name, func(t *taskRecord) { judgeExit(t, exit) })
+			r.logger.Info("task ended before the agent could record it", "task", t.Name, "outcome", t.Description)
+			continue
+		}
+		env := taskEnv(r.rec, task.Name, paths, allocDir, targets)
+		p, err := startTask(r.m.shimExe, task, paths, env)
+		if err != nil {
+			r.updateTask(t.Name, func(t *taskRecord) {
+				t.State, t.Failed, t.Description = taskDead, true, fmt.Sprintf("task %s: %v", task.Name, err)
+			})
+			r.logger.Warn("task could not be started", "task", task.Name, "error", err)
+			continue
+		}
+		r.updateTask(t.Name, func(t *taskRecord) { t.State, t.Process, t.StartedAt = taskRunning, p, structs.NowNano() })
+		r.logger.Info("task started", "task", task.Name, "pid", p.PID, "command", task.Config.Command)
+	}
+	r.setStatus(structs.AllocClientStatusRunning, "tasks are running")
+}
+
+// task returns a copy of the record of a task, pending when there is none
+// yet.
+func (r *allocRunner) task(name string) taskRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t := r.tasks[name]; t != nil {
+		return *t
+	}
+	return taskRecord{Name: name, State: taskPending}
+}
+
+// updateTask changes a task's record with f, persists it and returns a
+// copy.
+func (r *allocRunner) updateTask(name string, f func(t *taskRecord)) taskRecord {
+	r.mu.Lock()
+	t := r.tasks[name]
+	if t == nil {
+		t = &taskRecord{Name: name, State: taskPending}
+		r.tasks[name] = t
+	}
+	f(t)
+	c := *t
+	r.mu.Unlock()
+	r.persist(false, nil, []*taskRecord{&c})
+	return c
+}
+
+// supervise polls the tasks until every one ended. A task that fails, or a
+// stop, makes the others stop too: SIGTERM, then SIGKILL after the kill
+// timeout.
+func (r *allocRunner) supervise(ctx context.Context) {
+	cfg := r.m.c.config
+	ticker := time.NewTicker(cfg.TaskPollInterval)
+	defer ticker.Stop()
+	stopCh := r.stopCh
+	var killAt time.Time
+	killed := false
+	for {
+		live, failed := r.pollTasks()
+		if len(live) == 0 {
+			r.finishFromTasks()
+			return
+		}
+		switch {
+		case killAt.IsZero() && (failed != "" || r.stopped()):
+			why := failed + " failed"
+			if failed == "" {
+				why = r.stopReason()
+			}
+			r.logger.Info("stopping tasks", "tasks", live, "why", why)
+			r.signal(live, syscall.SIGTERM)
+			killAt = time.Now().Add(cfg.TaskKillTimeout)
+		case !killAt.IsZero() && !killed && time.Now().After(killAt):
+			r.logger.Warn("tasks did not stop within the kill timeout; killing them", "tasks", live, "timeout", cfg.TaskKillTimeout)
+			r.signal(live, syscall.SIGKILL)
+			killed = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-stopCh:
+			stopCh = nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// pollTasks collects the end of every task whose shim is gone, and returns
+// the tasks still running and the first one that failed.
+func (r *allocRunner) pollTasks() (live []string, failed string) {
+	allocDir := r.m.c.allocDir(r.id)
+	for _, task := range r.rec.Group.Tasks {
+		t := r.task(task.Name)
+		if t.State == taskRunning && taskEnded(t.Process) {
+			exit, err := readExit(newTaskPaths(allocDir, t.Name))
+			if err != nil {
+				exit = nil
+			}
+			t = r.updateTask(t.Name, func(t *taskRecord) { judgeExit(t, exit) })
+			r.logger.Info("task ended", "task", t.Name, "failed", t.Failed, "outcome", t.Description)
+		}
+		switch {
+		case t.State != taskDead:
+			live = append(live, t.Name)
+		case t.Failed && failed == "":
+			failed = t.Name
+		}
+	}
+	return live, failed
+}
+
+// signal signals the tasks' process groups, marking them as stopped by the
+// client.
+func (r *allocRunner) signal(names []string, sig syscall.Signal) {
+	for _, name := range names {
+		t := r.updateTask(name, func(t *taskRecord) { t.Stopping = true })
+		if err := signalTask(t.Process, sig); err != nil {
+			r.logger.Warn("signalling task", "task", name, "signal", signalName(sig), "error", err)
+		}
+	}
+}
+
+// finishFromTasks ends the allocation once every task ended: failed when a
+// task failed on its own, complete otherwise.
+func (r *allocRunner) finishFromTasks() {
+	var failed *taskRecord
+	stopped := false
+	r.mu.Lock()
+	for _, task := range r.rec.Group.Tasks {
+		t := r.tasks[task.Name]
+		if t == nil {
+			continue
+		}
+		if t.Failed && failed == nil {
+			failed = t
+		}
+		stopped = stopped || t.Stopping
+	}
+	reason := r.rec.StopReason
+	r.mu.Unlock()
+	switch {
+	case failed != nil:
+		r.finish(structs.AllocClientStatusFailed, failed.Description)
+	case stopped && reason != "":
+		r.finish(structs.AllocClientStatusComplete, "tasks stopped: "+reason)
+	default:
+		r.finish(structs.AllocClientStatusComplete, "all tasks completed")
+	}
+}
+
+// finish records the allocation's end and reports it.
+func (r *allocRunner) finish(status, description string) {
+	r.mu.Lock()
+	r.rec.Done = true
+	r.rec.ClientStatus, r.rec.ClientDescription = status, description
+	r.mu.Unlock()
+	r.logger.Info("allocation ended", "status", status, "description", description)
+	r.persist(true, nil, nil)
+	r.report()
+	r.m.maybeForget(r.id)
+}
+
+// setStatus changes the reported status while the allocation runs.
+func (r *allocRunner) setStatus(status, description string) {
+	r.mu.Lock()
+	changed := r.rec.ClientStatus != status || r.rec.ClientDescription != description
+	r.rec.ClientStatus, r.rec.ClientDescription = status, description
+	r.mu.Unlock()
+	if changed {
+		r.persist(true, nil, nil)
+		r.report()
+	}
+}
+
+// report queues the allocation's current state for the servers.
+func (r *allocRunner) report() {
+	r.mu.Lock()
+	u := &structs.AllocClientUpdate{
+		ID: r.id, ClientStatus: r.rec.ClientStatus, ClientDescription: r.rec.ClientDescription,
+		VolumeStates: map[string]*structs.AllocVolumeState{},
+	}
+	for alias, v := range r.vols {
+		s := v.State
+		u.VolumeStates[alias] = &s
+	}
+	r.mu.Unlock()
+	r.m.rep.update(u)
+}
+
+// acked records that the servers accepted a report of status.
+func (r *allocRunner) acked(status string, gone bool) {
+	r.mu.Lock()
+	changed := r.rec.ReportedStatus != status
+	r.rec.ReportedStatus = status
+	if gone {
+		r.gone = true
+	}
+	r.mu.Unlock()
+	if changed {
+		r.persist(true, nil, nil)
+	}
+}
+
+// forgettable reports whether the allocation may be forgotten: it ended,
+// the servers know it did (or no longer know it at all), and none of its
+// volumes is claimed on this node any more.
+func (r *allocRunner) forgettable() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.rec.Done || (r.rec.ReportedStatus != r.rec.ClientStatus && !r.gone) {
+		return false
+	}
+	for _, v := range r.vols {
+		if stepRank(v.State.Step) >= stepRank(structs.AllocVolumeStepClaimed) {
+			return false
+		}
+	}
+	return true
+}
+
+// volumeDetached forgets the allocation's volume volumeID, released from
+// this node by the servers.
+func (r *allocRunner) volumeDetached(volumeID string) {
+	r.mu.Lock()
+	var aliases []string
+	for alias, v := range r.vols {
+		if v.VolumeID == volumeID {
+			aliases = append(aliases, alias)
+			delete(r.vols, alias)
+		}
+	}
+	r.mu.Unlock()
+	for _, alias := range aliases {
+		if err := r.m.state.deleteVolume(r.id, alias); err != nil {
+			r.logger.Error("forgetting a released volume", "volume_id", volumeID, "error", err)
+		}
+	}
+}
+
+// persist writes the allocation record (when withAlloc) and the given
+// volume and task records. A write that fails is logged: the allocation
+// goes on from memory, and a restart would redo the unrecorded step.
+func (r *allocRunner) persist(withAlloc bool, vols []*volumeRecord, tasks []*taskRecord) {
+	var a *allocRecord
+	if withAlloc {
+		r.mu.Lock()
+		c := *r.rec
+		r.mu.Unlock()
+		a = &c
+	}
+	if err := r.m.state.put(a, vols, tasks, r.id); err != nil {
+		r.logger.Error("recording the allocation's progress failed", "error", err)
+	}
+}
+
+// snapshot copies what the client knows of the allocation.
+func (r *allocRunner) snapshot() AllocState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := AllocState{
+		ClientStatus: r.rec.ClientStatus, ClientDescription: r.rec.ClientDescription,
+		Volumes: map[string]structs.AllocVolumeState{}, Tasks: map[string]TaskState{},
+	}
+	for alias, v := range r.vols {
+		s.Volumes[alias] = v.State
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.tasks)) {
+		t := r.tasks[name]
+		s.Tasks[name] = TaskState{PID: t.Process.PID, State: t.State, Failed: t.Failed, Description: t.Description}
+	}
+	return s
+}

@@ -1,0 +1,72 @@
+//go:build linux
+
+package client
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// procInfo reads what identifies a live process beyond its PID, which the
+// kernel reuses: its start time (clock ticks since boot, field 22 of
+// /proc/PID/stat) and its argv[0]. A zombie or a missing process is not
+// alive.
+func procInfo(pid int) (startTicks uint64, argv0 string, alive bool, err error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, "", false, nil
+	}
+	if err != nil {
+		return 0, "", false, err
+	}
+	// The command name (field 2) is in parentheses and may itself hold
+	// spaces and parentheses: the fields that follow start after the last
+	// ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, "", false, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	// fields[0] is the state (field 3), fields[19] the start time (22).
+	if len(fields) < 20 {
+		return 0, "", false, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields)+2)
+	}
+	if fields[0] == "Z" || fields[0] == "X" {
+		return 0, "", false, nil
+	}
+	startTicks, err = strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return 0, "", false, fmt.Errorf("/proc/%d/stat: start time: %v", pid, err)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err == nil {
+		argv0, _, _ = strings.Cut(string(cmdline), "\x00")
+	}
+	return startTicks, argv0, true, nil
+}
+
+// bootID identifies the current boot of the machine: a PID and start time
+// recorded before a reboot mean nothing after it.
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// isZombie reports whether pid has exited and waits for its parent to reap
+// it.
+func isZombie(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	fields := strings.Fields(string(stat[i+1:]))
+	return i >= 0 && len(fields) > 0 && fields[0] == "Z"
+}
