@@ -59,7 +59,9 @@ type allocRecord struct {
 	SetupDone bool
 	// Done is set once every task ended, or the allocation ended before
 	// they started; ClientStatus is then terminal.
-	Done              bool
+	Done bool
+	// FinishedAt is when it became done.
+	FinishedAt        int64 `json:",omitempty"`
 	ClientStatus      string
 	ClientDescription string
 	// ReportedStatus is the client status the servers last acknowledged.
@@ -182,7 +184,13 @@ func openStateDB(dataDir string, logger hclog.Logger) (*stateDB, map[string]*all
 	return s, bundles, nil
 }
 
-func openBolt(path string) (*bolt.DB, error) {
+func openBolt(path string) (db *bolt.DB, err error) {
+	defer func() {
+		// bbolt reads its freelist as it opens, trusting the page.
+		if p := recover(); p != nil {
+			db, err = nil, fmt.Errorf("reading the file: %v", p)
+		}
+	}()
 	// A timeout, not a wait forever, when another agent holds the lock.
 	return bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 }

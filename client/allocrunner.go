@@ -1,11 +1,13 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -16,8 +18,8 @@ import (
 // allocManager runs the allocations placed on this node: it learns them
 // with a blocking query (Node.GetClientAllocs), runs one allocRunner per
 // allocation, keeps their state in the state file, and forgets an
-// allocation once it ended, the servers know it, and the servers have
-// released its volumes from this node (NodeDetachVolume).
+// allocation some time after it ended, the servers know it, and the
+// servers released its volumes from this node (NodeDetachVolume).
 //
 // The client never releases a volume on its own: releases are the servers'
 // (the volumewatcher drives them through ClientCSI.NodeDetachVolume), and
@@ -29,6 +31,9 @@ type allocManager struct {
 	rep    *allocReporter
 	// shimExe supervises tasks (see task_shim.go); "" when unknown.
 	shimExe string
+
+	// reconciled counts the answers of the allocation query acted upon.
+	reconciled atomic.Uint64
 
 	mu      sync.Mutex
 	runners map[string]*allocRunner
@@ -156,8 +161,15 @@ func (m *allocManager) reconcile(ctx context.Context, reply *structs.NodeClientA
 			continue
 		}
 		if a.Terminal() {
-			// Ended before (and forgotten since), or stopped before it
-			// ever ran here.
+			if !a.ClientTerminal() {
+				// Stopped before it ever ran here: it is done as far
+				// as this node goes, which only this node can say.
+				m.rep.update(&structs.AllocClientUpdate{
+					ID: a.ID, ClientStatus: structs.AllocClientStatusComplete,
+					ClientDescription: "stopped before it started on this node",
+				})
+			}
+			// Otherwise it ended before, and was forgotten since.
 			continue
 		}
 		var group *structs.TaskGroup
@@ -190,6 +202,8 @@ func (m *allocManager) reconcile(ctx context.Context, reply *structs.NodeClientA
 		}
 	}
 	m.mu.Unlock()
+	m.collect()
+	m.reconciled.Add(1)
 	for _, r := range start {
 		r.logger.Info("starting allocation", "name", r.rec.Name, "job_id", r.rec.JobID, "job_version", r.rec.JobVersion)
 		r.persist(true, nil, nil)
@@ -214,7 +228,7 @@ func (m *allocManager) runner(allocID string) *allocRunner {
 func (m *allocManager) acked(u *structs.AllocClientUpdate, gone bool) {
 	if r := m.runner(u.ID); r != nil {
 		r.acked(u.ClientStatus, gone)
-		m.maybeForget(u.ID)
+		m.collect()
 	}
 }
 
@@ -241,7 +255,7 @@ func (m *allocManager) checkDetach(allocID string) error {
 func (m *allocManager) volumeDetached(allocID, volumeID string) {
 	if r := m.runner(allocID); r != nil {
 		r.volumeDetached(volumeID)
-		m.maybeForget(allocID)
+		m.collect()
 		return
 	}
 	m.mu.Lock()
@@ -266,26 +280,43 @@ func (m *allocManager) volumeDetached(allocID, volumeID string) {
 	}
 }
 
-// maybeForget drops an allocation that ended, whose end the servers know,
-// and that holds no claimed volume on this node any more: its records, its
-// runner and its directory.
-func (m *allocManager) maybeForget(allocID string) {
+// collect forgets finished allocations: those that ended, whose end the
+// servers know, and that hold no claimed volume on this node any more. The
+// newest FinishedAllocsKept of them are kept, with their task logs, unless
+// the servers no longer list them; the others lose their records, their
+// runner and their directory.
+func (m *allocManager) collect() {
+	type finished struct {
+		r    *allocRunner
+		at   int64
+		gone bool
+	}
+	var done []finished
 	m.mu.Lock()
-	r := m.runners[allocID]
-	if r == nil || !r.forgettable() {
-		m.mu.Unlock()
-		return
+	for _, r := range m.runners {
+		if ok, at, gone := r.forgettable(); ok {
+			done = append(done, finished{r, at, gone})
+		}
 	}
-	delete(m.runners, allocID)
+	slices.SortFunc(done, func(a, b finished) int { return cmp.Compare(b.at, a.at) })
+	var drop []*allocRunner
+	for i, f := range done {
+		if i >= m.c.config.FinishedAllocsKept || f.gone {
+			drop = append(drop, f.r)
+			delete(m.runners, f.r.id)
+		}
+	}
 	m.mu.Unlock()
-	if err := m.state.deleteAlloc(allocID); err != nil {
-		m.logger.Error("forgetting an allocation", "alloc_id", allocID, "error", err)
+	for _, r := range drop {
+		if err := m.state.deleteAlloc(r.id); err != nil {
+			m.logger.Error("forgetting an allocation", "alloc_id", r.id, "error", err)
+		}
+		if err := os.RemoveAll(m.c.allocDir(r.id)); err != nil {
+			m.logger.Warn("removing an allocation's directory", "alloc_id", r.id, "error", err)
+		}
+		removeEmptyDir(m.c.paths.AllocDir(r.id))
+		r.logger.Debug("finished allocation forgotten")
 	}
-	if err := os.RemoveAll(m.c.allocDir(allocID)); err != nil {
-		m.logger.Warn("removing an allocation's directory", "alloc_id", allocID, "error", err)
-	}
-	removeEmptyDir(m.c.paths.AllocDir(allocID))
-	r.logger.Debug("allocation forgotten: it ended and its volumes were released")
 }
 
 // backoff is the pause before attempt+1 of a claim, stage or publish: from

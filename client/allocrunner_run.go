@@ -130,7 +130,7 @@ func (r *allocRunner) run(ctx context.Context) {
 	r.report()
 	switch r.getPhase() {
 	case phaseDone:
-		r.m.maybeForget(r.id)
+		r.m.collect()
 		return
 	case phaseSetup:
 		if r.rec.Group == nil {
@@ -353,13 +353,13 @@ func (r *allocRunner) finishFromTasks() {
 // finish records the allocation's end and reports it.
 func (r *allocRunner) finish(status, description string) {
 	r.mu.Lock()
-	r.rec.Done = true
+	r.rec.Done, r.rec.FinishedAt = true, structs.NowNano()
 	r.rec.ClientStatus, r.rec.ClientDescription = status, description
 	r.mu.Unlock()
 	r.logger.Info("allocation ended", "status", status, "description", description)
 	r.persist(true, nil, nil)
 	r.report()
-	r.m.maybeForget(r.id)
+	r.m.collect()
 }
 
 // setStatus changes the reported status while the allocation runs.
@@ -405,19 +405,20 @@ func (r *allocRunner) acked(status string, gone bool) {
 
 // forgettable reports whether the allocation may be forgotten: it ended,
 // the servers know it did (or no longer know it at all), and none of its
-// volumes is claimed on this node any more.
-func (r *allocRunner) forgettable() bool {
+// volumes is claimed on this node any more. It also returns when it ended
+// and whether the servers still list it.
+func (r *allocRunner) forgettable() (ok bool, finishedAt int64, gone bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.rec.Done || (r.rec.ReportedStatus != r.rec.ClientStatus && !r.gone) {
-		return false
+		return false, 0, false
 	}
 	for _, v := range r.vols {
 		if stepRank(v.State.Step) >= stepRank(structs.AllocVolumeStepClaimed) {
-			return false
+			return false, 0, false
 		}
 	}
-	return true
+	return true, r.rec.FinishedAt, r.gone
 }
 
 // volumeDetached forgets the allocation's volume volumeID, released from

@@ -5,10 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/shoenig/test/must"
+	"google.golang.org/grpc/codes"
 
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/structs"
@@ -72,22 +74,27 @@ func TestAllocRunner_ClaimStagePublishRun(t *testing.T) {
 
 	// The task exits 0: complete. The servers then release the volume
 	// from the node (the client no longer refuses) and from the
-	// controller, and the client forgets the allocation.
+	// controller, and the client forgets the volume; it keeps the
+	// finished allocation, with its logs.
 	finishTask(t, c, a.ID)
 	done := waitAlloc(t, srv, a.ID, clientStatus(structs.AllocClientStatusComplete))
 	must.Eq(t, "all tasks completed", done.ClientDescription)
 	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
-		_, known := c.AllocState(a.ID)
+		st, _ := c.AllocState(a.ID)
 		methods := methodsFor(t, e.stateDir, ext)
-		return !known && slices.Contains(methods, "ControllerUnpublishVolume"),
-			fmt.Errorf("client knows the allocation: %v; calls: %v", known, methods)
+		return len(st.Volumes) == 0 && slices.Contains(methods, "ControllerUnpublishVolume"),
+			fmt.Errorf("the client knows volumes %v; calls: %v", st.Volumes, methods)
 	})
 	must.Eq(t, []string{"NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"},
 		slices.DeleteFunc(methodsFor(t, e.stateDir, ext), func(m string) bool { return m == "ValidateVolumeCapabilities" })[4:])
-	_, err = os.Stat(c.allocDir(a.ID))
-	must.True(t, os.IsNotExist(err), must.Sprint("the allocation's directory is removed once it is forgotten"))
 	_, ok = c.Usage().Get(a.ID, "solo")
 	must.False(t, ok)
+	local, ok := c.AllocState(a.ID)
+	must.True(t, ok)
+	must.Eq(t, structs.AllocClientStatusComplete, local.ClientStatus)
+	must.Eq(t, TaskState{PID: local.Tasks["t"].PID, State: taskDead, Description: "task t: exit code 0"}, local.Tasks["t"])
+	_, err = os.Stat(filepath.Join(c.allocDir(a.ID), "logs", "t.stdout"))
+	must.NoError(t, err, must.Sprint("a finished allocation keeps its logs"))
 }
 
 // A task whose command does not exist fails its allocation, with the
@@ -125,4 +132,103 @@ func countCalls(t *testing.T, stateDir, method string, volumeIDs ...string) map[
 		}
 	}
 	return out
+}
+
+// While an allocation runs, the servers cannot release its volume from the
+// node: NodeDetachVolume answers with a retryable error. An allocation
+// that replaces it (a new job version) waits for its claim, and shows why
+// (naming the allocation that holds the volume), how many attempts failed
+// and when it tries again; once the earlier claim is released, it runs.
+func TestAllocRunner_ClaimWaitsForEarlierClaim(t *testing.T) {
+	t.Parallel()
+	servers := testCluster(t, 1)
+	srv := servers[0]
+	e := newAllocEnv(t, servers, 1)
+	c := e.startClient(0, nil)
+	e.waitNodesHealthy(srv, 1)
+	ext := e.createVolume(srv, "shared")
+
+	registerJob(t, srv, writerJob("w", 1, "shared", false, taskScript))
+	first := waitAllocs(t, srv, "w", 1, clientStatus(structs.AllocClientStatusRunning))["w.g[0]"]
+
+	detach := &structs.ClientCSINodeDetachVolumeRequest{
+		PluginID: "dev", VolumeID: "shared", ExternalID: ext, AllocID: first.ID,
+		AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem,
+	}
+	detach.NodeID = c.NodeID()
+	err := srv.RPC("ClientCSI.NodeDetachVolume", detach, &structs.ClientCSIEmptyResponse{})
+	must.Eq(t, structs.ErrCodeRetryable, structs.CodeOf(err), must.Sprintf("error: %v", err))
+	must.StrContains(t, err.Error(), fmt.Sprintf("allocation %q still has running tasks", first.ID))
+	must.Eq(t, 0, countCalls(t, e.stateDir, "NodeUnpublishVolume", ext)[ext], must.Sprint("nothing was unpublished"))
+
+	// Hold the first allocation's claim: its release cannot unpublish.
+	must.NoError(t, devplugin.SetFault(e.stateDir, "NodeUnpublishVolume", devplugin.Fault{Code: codes.Unavailable, Message: "held by the test"}))
+	update := writerJob("w", 1, "shared", false, taskScript+" # v2")
+	registerJob(t, srv, update)
+	waitAlloc(t, srv, first.ID, clientStatus(structs.AllocClientStatusComplete))
+	waiting := waitAllocs(t, srv, "w", 1, func(a *structs.Allocation) error {
+		st := a.VolumeStates["data"]
+		switch {
+		case a.ID == first.ID:
+			return fmt.Errorf("the first allocation")
+		case st == nil:
+			return fmt.Errorf("no volume state yet")
+		case st.Step != structs.AllocVolumeStepClaiming || st.Attempts < 2 || st.NextRetry == 0:
+			return fmt.Errorf("volume state %+v", *st)
+		case !strings.Contains(st.Waiting, first.ID):
+			return fmt.Errorf("waiting %q does not name %s", st.Waiting, first.ID)
+		}
+		return nil
+	})["w.g[0]"]
+	must.Eq(t, structs.AllocClientStatusPending, waiting.ClientStatus)
+	st := waiting.VolumeStates["data"]
+	must.StrContains(t, st.Waiting, "max claims")
+	must.Greater(t, st.UpdatedAt, st.NextRetry)
+	local, _ := c.AllocState(waiting.ID)
+	must.Eq(t, structs.AllocVolumeStepClaiming, local.Volumes["data"].Step)
+	must.MapEmpty(t, local.Tasks, must.Sprint("no task starts before its volumes are published"))
+
+	// The earlier claim is released: the replacement claims and runs.
+	must.NoError(t, devplugin.ClearFaults(e.stateDir))
+	running := waitAlloc(t, srv, waiting.ID, clientStatus(structs.AllocClientStatusRunning))
+	must.Eq(t, structs.AllocVolumeState{VolumeID: "shared", Step: structs.AllocVolumeStepPublished,
+		UpdatedAt: running.VolumeStates["data"].UpdatedAt}, *running.VolumeStates["data"])
+	must.Eq(t, "w.g[0]", readHello(t, e.stateDir, ext))
+}
+
+// In a group of several tasks, one that fails stops the others (SIGTERM)
+// and fails the allocation with its reason; the others count as stopped,
+// not failed.
+func TestAllocRunner_FailedTaskStopsTheOthers(t *testing.T) {
+	t.Parallel()
+	servers := testCluster(t, 1)
+	srv := servers[0]
+	e := newAllocEnv(t, servers, 1)
+	c := e.startClient(0, nil)
+	e.waitNodesHealthy(srv, 1)
+
+	job := &structs.Job{
+		ID: "pair", Namespace: structs.DefaultNamespace, Type: structs.JobTypeBatch,
+		TaskGroups: []*structs.TaskGroup{{Name: "g", Count: 1, Tasks: []*structs.Task{
+			{Name: "long", Driver: "exec", Config: structs.TaskConfig{Command: "/bin/sh",
+				Args: []string{"-c", `echo started; while [ ! -e "$VOLPLANE_ALLOC_DIR/go" ]; do sleep 0.05; done; exec sleep 3600`}}},
+			{Name: "short", Driver: "exec", Config: structs.TaskConfig{Command: "sh",
+				Args: []string{"-c", `while [ ! -e "$VOLPLANE_ALLOC_DIR/go" ]; do sleep 0.05; done; echo oops >&2; exit 3`}}},
+		}}},
+	}
+	registerJob(t, srv, job)
+	a := waitAllocs(t, srv, "pair", 1, clientStatus(structs.AllocClientStatusRunning))["pair.g[0]"]
+	must.NoError(t, os.WriteFile(filepath.Join(c.allocDir(a.ID), "go"), nil, 0o600))
+	failed := waitAlloc(t, srv, a.ID, clientStatus(structs.AllocClientStatusFailed))
+	must.NoError(t, srv.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "pair"}, &structs.JobDeregisterResponse{}))
+	must.Eq(t, "task short: exit code 3", failed.ClientDescription)
+	st, _ := c.AllocState(a.ID)
+	must.Eq(t, TaskState{PID: st.Tasks["long"].PID, State: taskDead, Description: "task long: stopped (SIGTERM)"}, st.Tasks["long"])
+	must.True(t, st.Tasks["short"].Failed)
+	out, err := os.ReadFile(filepath.Join(c.allocDir(a.ID), "logs", "short.stderr"))
+	must.NoError(t, err)
+	must.Eq(t, "oops\n", string(out))
+	out, err = os.ReadFile(filepath.Join(c.allocDir(a.ID), "logs", "long.stdout"))
+	must.NoError(t, err)
+	must.Eq(t, "started\n", string(out))
 }

@@ -32,6 +32,7 @@ const (
 	DefaultClaimBackoffMax     = 30 * time.Second
 	DefaultTaskKillTimeout     = 5 * time.Second
 	DefaultTaskPollInterval    = 250 * time.Millisecond
+	DefaultFinishedAllocsKept  = 50
 )
 
 // PluginConfig is one CSI plugin the client drives.
@@ -87,6 +88,10 @@ type Config struct {
 	// TaskPollInterval is how often the processes of running tasks are
 	// checked for their exit.
 	TaskPollInterval time.Duration
+	// FinishedAllocsKept is how many finished allocations (whose volumes
+	// were released) the client keeps, with their task logs, the newest
+	// first; it forgets the others, and any the servers no longer list.
+	FinishedAllocsKept int
 
 	// newFingerprinter replaces the CSI client for tests of the plugin
 	// manager; nil means the real one.
@@ -142,6 +147,9 @@ func (c *Config) normalize() error {
 	}
 	if c.TaskPollInterval <= 0 {
 		c.TaskPollInterval = DefaultTaskPollInterval
+	}
+	if c.FinishedAllocsKept <= 0 {
+		c.FinishedAllocsKept = DefaultFinishedAllocsKept
 	}
 	if c.serverRetryMax <= 0 {
 		c.serverRetryMax = retryMax

@@ -169,6 +169,11 @@ func startTask(shimExe string, task *structs.Task, paths taskPaths, env []string
 		// tells how it ended.
 		return processID{PID: pid, BootID: bootID()}, nil
 	}
+	// The shim writes the same as it starts, which takes a moment; written
+	// here too, an agent stopped right after this start finds the task.
+	if buf, err := json.Marshal(id); err == nil {
+		_ = writeFileAtomic(paths.PIDFile, buf)
+	}
 	return id, nil
 }
 

@@ -1,0 +1,309 @@
+package client
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/volplane/volplane/server"
+	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/testutil"
+)
+
+// A per_alloc service job of count 3 over two clients gets vol[0]..vol[2]
+// claimed and published, each task writing into its own volume. A client
+// that is shut down and started again takes its allocations over: the
+// same task processes, the same claims, and no second claim, stage or
+// publish in the plugin's call log. Stopping the job stops the tasks, and
+// the servers release every volume.
+func TestAllocRunner_PerAllocAndClientRestart(t *testing.T) {
+	t.Parallel()
+	servers := testCluster(t, 3)
+	leader := server.WaitForLeader(t, servers...)
+	e := newAllocEnv(t, servers, 2)
+	// Each client keeps one finished allocation, forgetting the others.
+	keepOne := func(cfg *Config) { cfg.FinishedAllocsKept = 1 }
+	clients := []*Client{e.startClient(0, keepOne), e.startClient(1, keepOne)}
+	e.waitNodesHealthy(leader, 2)
+	exts := map[string]string{}
+	var extIDs []string
+	for i := range 3 {
+		id := fmt.Sprintf("vol[%d]", i)
+		exts[id] = e.createVolume(leader, id)
+		extIDs = append(extIDs, exts[id])
+	}
+
+	registerJob(t, leader, writerJob("web", 3, "vol", true, taskScript))
+	allocs := waitAllocs(t, leader, "web", 3, clientStatus(structs.AllocClientStatusRunning))
+	claimed := map[string]*structs.CSIVolumeClaim{}
+	for i := range 3 {
+		a := allocs[structs.AllocName("web", "g", i)]
+		must.NotNil(t, a)
+		volID := fmt.Sprintf("vol[%d]", i)
+		must.Eq(t, a.Name, readHello(t, e.stateDir, exts[volID]), must.Sprintf("%s wrote into %s", a.Name, volID))
+		vol, err := leader.State().CSIVolumeByID(nil, structs.DefaultNamespace, volID)
+		must.NoError(t, err)
+		claim := vol.WriteClaims[a.ID]
+		must.NotNil(t, claim, must.Sprintf("%s holds the write claim on %s", a.Name, volID))
+		must.Eq(t, a.NodeID, claim.NodeID)
+		claimed[volID] = claim
+	}
+	for _, method := range []string{"ControllerPublishVolume", "NodeStageVolume", "NodePublishVolume"} {
+		must.Eq(t, map[string]int{extIDs[0]: 1, extIDs[1]: 1, extIDs[2]: 1}, countCalls(t, e.stateDir, method, extIDs...),
+			must.Sprintf("one %s per volume", method))
+	}
+
+	// Restart the client that runs the most allocations.
+	victim := 0
+	if len(clients[1].AllocIDs()) > len(clients[0].AllocIDs()) {
+		victim = 1
+	}
+	ids := clients[victim].AllocIDs()
+	must.SliceNotEmpty(t, ids)
+	pids := map[string]int{}
+	for _, id := range ids {
+		st, ok := clients[victim].AllocState(id)
+		must.True(t, ok)
+		must.Positive(t, st.Tasks["t"].PID)
+		pids[id] = st.Tasks["t"].PID
+	}
+	must.NoError(t, clients[victim].Shutdown())
+	restarted := e.startClient(victim, keepOne)
+	must.Eq(t, ids, restarted.AllocIDs(), must.Sprint("the allocations are restored from the state file"))
+	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
+		if restarted.allocs.reconciled.Load() == 0 {
+			return false, fmt.Errorf("the restarted client has not heard from the servers yet")
+		}
+		for _, id := range ids {
+			st, _ := restarted.AllocState(id)
+			if st.Tasks["t"].State != taskRunning || st.Tasks["t"].PID != pids[id] {
+				return false, fmt.Errorf("allocation %s: task %+v, want running with PID %d", id, st.Tasks["t"], pids[id])
+			}
+		}
+		return true, nil
+	})
+	for _, method := range []string{"ControllerPublishVolume", "NodeStageVolume", "NodePublishVolume"} {
+		must.Eq(t, map[string]int{extIDs[0]: 1, extIDs[1]: 1, extIDs[2]: 1}, countCalls(t, e.stateDir, method, extIDs...),
+			must.Sprintf("no second %s after the restart", method))
+	}
+	for volID, before := range claimed {
+		vol, err := leader.State().CSIVolumeByID(nil, structs.DefaultNamespace, volID)
+		must.NoError(t, err)
+		must.Eq(t, before, vol.WriteClaims[before.AllocationID], must.Sprintf("the claim on %s is unchanged", volID))
+	}
+	waitAllocs(t, leader, "web", 3, clientStatus(structs.AllocClientStatusRunning))
+
+	// The restarted client still supervises what it took over: a task
+	// that exits is reported.
+	finishTask(t, restarted, ids[0])
+	waitAlloc(t, leader, ids[0], clientStatus(structs.AllocClientStatusComplete))
+
+	// Stopping the job stops every task (SIGTERM), and the servers
+	// release every volume from the nodes and the controller. Each client
+	// forgets all but its latest finished allocation.
+	clients[victim] = restarted
+	must.NoError(t, leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "web"}, &structs.JobDeregisterResponse{}))
+	testutil.WaitForResult(t, 30*time.Second, func() (bool, error) {
+		for _, c := range clients {
+			ids := c.AllocIDs()
+			if len(ids) > 1 {
+				return false, fmt.Errorf("client %s still knows allocations %v", c.NodeID(), ids)
+			}
+			for _, id := range ids {
+				if st, _ := c.AllocState(id); len(st.Volumes) > 0 || st.ClientStatus != structs.AllocClientStatusComplete {
+					return false, fmt.Errorf("client %s: allocation %s is %+v", c.NodeID(), id, st)
+				}
+			}
+		}
+		for volID := range claimed {
+			vol, err := leader.State().CSIVolumeByID(nil, structs.DefaultNamespace, volID)
+			if err != nil {
+				return false, err
+			}
+			if vol.InUse() {
+				return false, fmt.Errorf("volume %s is still claimed", volID)
+			}
+		}
+		return true, nil
+	})
+	all, err := leader.State().AllocsByJob(nil, structs.DefaultNamespace, "web")
+	must.NoError(t, err)
+	for _, a := range all {
+		must.True(t, a.ClientTerminal(), must.Sprintf("allocation %s is %s", a.Name, a.ClientStatus))
+	}
+	for _, ext := range extIDs {
+		got := methodsFor(t, e.stateDir, ext)
+		must.Eq(t, []string{"NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"}, got[len(got)-3:])
+	}
+}
+
+// A client restarted while every server is down keeps its allocations: a
+// task that still runs is taken over, a task that ended while the agent
+// was down is seen to have ended; both without any server. When a server
+// is back, the client reports what happened.
+func TestAllocRunner_RestartWhileServersDown(t *testing.T) {
+	t.Parallel()
+	cfg := server.TestConfig(t)
+	cfg.HeartbeatTTL, cfg.NodeGracePeriod, cfg.HTTPAddr = testTTL, testGrace, ""
+	srv, err := server.NewServer(cfg)
+	must.NoError(t, err)
+	t.Cleanup(func() { srv.Shutdown() })
+	server.WaitForLeader(t, srv)
+	e := newAllocEnv(t, []*server.Server{srv}, 1)
+	c := e.startClient(0, nil)
+	e.waitNodesHealthy(srv, 1)
+	exts := []string{e.createVolume(srv, "kept[0]"), e.createVolume(srv, "kept[1]")}
+	job := writerJob("kept", 2, "kept", true, taskScript)
+	job.Type = structs.JobTypeBatch
+	registerJob(t, srv, job)
+	allocs := waitAllocs(t, srv, "kept", 2, clientStatus(structs.AllocClientStatusRunning))
+	keeps, ends := allocs["kept.g[0]"], allocs["kept.g[1]"]
+	for i, ext := range exts {
+		must.Eq(t, fmt.Sprintf("kept.g[%d]", i), readHello(t, e.stateDir, ext))
+	}
+	st, _ := c.AllocState(keeps.ID)
+	pid := st.Tasks["t"].PID
+
+	// Every server goes down, then the client; one task ends meanwhile.
+	rpcAddr := srv.RPCAddr()
+	must.NoError(t, srv.Shutdown())
+	must.NoError(t, c.Shutdown())
+	finishTask(t, c, ends.ID)
+	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
+		_, err := readExit(newTaskPaths(c.allocDir(ends.ID), "t"))
+		return err == nil, fmt.Errorf("the task has not ended: %v", err)
+	})
+
+	c = e.startClient(0, nil)
+	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
+		st, _ := c.AllocState(ends.ID)
+		if st.ClientStatus != structs.AllocClientStatusComplete {
+			return false, fmt.Errorf("allocation that ended is %q (%s)", st.ClientStatus, st.ClientDescription)
+		}
+		st, _ = c.AllocState(keeps.ID)
+		if st.ClientStatus != structs.AllocClientStatusRunning || st.Tasks["t"].PID != pid || st.Tasks["t"].State != taskRunning {
+			return false, fmt.Errorf("allocation that runs is %+v", st)
+		}
+		return true, nil
+	})
+	st, _ = c.AllocState(keeps.ID)
+	must.Eq(t, structs.AllocVolumeStepPublished, st.Volumes["data"].Step)
+	_, err = os.Lstat(c.Paths().TargetPath(keeps.ID, "kept[0]"))
+	must.NoError(t, err, must.Sprint("the volume stays published"))
+	select {
+	case <-c.Registered():
+		t.Fatal("the client registered with no server up")
+	default:
+	}
+
+	// A server is back (same address and data dir): the client registers,
+	// reports the allocation that ended, and keeps the other.
+	cfg2 := *cfg
+	cfg2.RPCAddr = rpcAddr
+	srv2, err := server.NewServer(&cfg2)
+	must.NoError(t, err)
+	t.Cleanup(func() { srv2.Shutdown() })
+	waitAlloc(t, srv2, ends.ID, clientStatus(structs.AllocClientStatusComplete))
+	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
+		return c.allocs.reconciled.Load() > 0, fmt.Errorf("the client has not heard from the server yet")
+	})
+	waitAlloc(t, srv2, keeps.ID, clientStatus(structs.AllocClientStatusRunning))
+	st, _ = c.AllocState(keeps.ID)
+	must.Eq(t, pid, st.Tasks["t"].PID)
+	must.Eq(t, map[string]int{exts[0]: 1, exts[1]: 1}, countCalls(t, e.stateDir, "NodePublishVolume", exts...))
+	must.Eq(t, []string{keeps.ID}, slices.Collect(maps.Keys(liveTasks(c))), must.Sprint("only the running task is left"))
+}
+
+// liveTasks returns, by allocation, the tasks the client sees running.
+func liveTasks(c *Client) map[string][]string {
+	out := map[string][]string{}
+	for _, id := range c.AllocIDs() {
+		st, _ := c.AllocState(id)
+		for name, task := range st.Tasks {
+			if task.State == taskRunning {
+				out[id] = append(out[id], name)
+			}
+		}
+	}
+	return out
+}
+
+// A damaged state file does not stop a restarted client: it reports the
+// damage, naming the file, and recovers what it can. A task record that
+// cannot be read is made up for by the task's PID file; a whole file that
+// cannot be opened is moved aside, and the allocation the servers list is
+// taken up again: claimed and published again (both are idempotent), its
+// task found running and adopted rather than started twice.
+func TestAllocRunner_DamagedStateFile(t *testing.T) {
+	t.Parallel()
+	servers := testCluster(t, 1)
+	srv := servers[0]
+	e := newAllocEnv(t, servers, 1)
+	c := e.startClient(0, nil)
+	e.waitNodesHealthy(srv, 1)
+	ext := e.createVolume(srv, "damaged")
+	registerJob(t, srv, writerJob("damaged", 1, "damaged", false, taskScript))
+	a := waitAllocs(t, srv, "damaged", 1, clientStatus(structs.AllocClientStatusRunning))["damaged.g[0]"]
+	st, _ := c.AllocState(a.ID)
+	pid := st.Tasks["t"].PID
+	path := filepath.Join(e.dataDirs[0], stateFile)
+
+	restart := func(damage func()) (*Client, string) {
+		t.Helper()
+		must.NoError(t, c.Shutdown())
+		damage()
+		var logs syncBuffer
+		c = e.startClient(0, func(cfg *Config) { cfg.Logger = testLogger(t, cfg.NodeName, &logs) })
+		testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
+			st, ok := c.AllocState(a.ID)
+			if !ok || st.Tasks["t"].State != taskRunning || st.Volumes["data"].Step != structs.AllocVolumeStepPublished {
+				return false, fmt.Errorf("allocation is %+v", st)
+			}
+			return true, nil
+		})
+		return c, logs.String()
+	}
+
+	// One record: the task's.
+	c, logs := restart(func() {
+		db, err := bolt.Open(path, 0o600, nil)
+		must.NoError(t, err)
+		must.NoError(t, db.Update(func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketTasks).Put(subKey(a.ID, "t"), []byte("\x00garbage"))
+		}))
+		must.NoError(t, db.Close())
+	})
+	must.StrContains(t, logs, "[ERROR]")
+	must.StrContains(t, logs, "client state file has a record that cannot be read")
+	must.StrContains(t, logs, "file="+path)
+	must.StrContains(t, logs, "bucket=tasks key="+a.ID+"/t")
+	st, _ = c.AllocState(a.ID)
+	must.Eq(t, pid, st.Tasks["t"].PID, must.Sprint("the task was found from its PID file, not started again"))
+	must.Eq(t, map[string]int{ext: 1}, countCalls(t, e.stateDir, "NodePublishVolume", ext))
+
+	// The whole file.
+	c, logs = restart(func() {
+		must.NoError(t, os.WriteFile(path, []byte(strings.Repeat("\xde\xad", 8192)), 0o600))
+	})
+	must.StrContains(t, logs, "[ERROR]")
+	must.StrContains(t, logs, "client state file cannot be opened")
+	must.StrContains(t, logs, "file="+path)
+	aside, err := filepath.Glob(path + ".corrupt-*")
+	must.NoError(t, err)
+	must.Len(t, 1, aside)
+	st, _ = c.AllocState(a.ID)
+	must.Eq(t, pid, st.Tasks["t"].PID, must.Sprint("the task was found from its PID file, not started again"))
+	waitAlloc(t, srv, a.ID, clientStatus(structs.AllocClientStatusRunning))
+
+	// And the task still counts: its end is reported.
+	finishTask(t, c, a.ID)
+	waitAlloc(t, srv, a.ID, clientStatus(structs.AllocClientStatusComplete))
+}
