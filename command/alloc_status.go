@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/volplane/volplane/api"
 	"github.com/volplane/volplane/structs"
@@ -26,6 +27,10 @@ Usage: volplane alloc status [options] <id>
   per_alloc, the source with the allocation's index, "vol[N]"), the claim
   mode it asks for, and its claim as the volume reports it: read, write or
   past (being released), its state, node and access mode, or "not claimed".
+  Once the client runs the allocation, each volume also shows the step the
+  client reached (claiming, claimed, staged, published or failed) and, while
+  the client waits (say, for another allocation's claim to be released),
+  why, how many attempts failed and when it tries again.
 `, jobNamespaceOptionHelp+`
 
 Status Options:
@@ -75,7 +80,11 @@ func (c *AllocStatusCommand) Run(args []string) int {
 	if asJSON {
 		return c.OutputJSON(alloc)
 	}
-	c.Ui.Output(formatAlloc(alloc, verbose) + "\n\nVolumes\n" + c.allocVolumes(client, alloc, verbose))
+	out := formatAlloc(alloc, verbose) + "\n\nVolumes\n" + c.allocVolumes(client, alloc, verbose)
+	if waits := volumeWaits(alloc); waits != "" {
+		out += "\n\nWaiting\n" + waits
+	}
+	c.Ui.Output(out)
 	return 0
 }
 
@@ -114,6 +123,9 @@ func (c *AllocStatusCommand) allocVolumes(client *api.Client, a *structs.Allocat
 	job, _, err := client.Jobs().Info(a.JobID, &api.QueryOptions{Namespace: ns})
 	switch {
 	case api.IsNotFound(err):
+		if len(a.VolumeStates) > 0 {
+			return volumeSteps(a)
+		}
 		return fmt.Sprintf("Job %q is gone (purged): the allocation's volumes are unknown", a.JobID)
 	case err != nil:
 		return fmt.Sprintf("Error querying job %q: %s", a.JobID, err)
@@ -142,9 +154,17 @@ func (c *AllocStatusCommand) allocVolumes(client *api.Client, a *structs.Allocat
 		default:
 			row = append(row, claimOf(vol, a.ID, verbose)...)
 		}
+		if len(a.VolumeStates) > 0 {
+			row = append(row, stepOf(a.VolumeStates[alias]))
+		}
 		rows = append(rows, row)
 	}
-	out := table([]string{"Volume", "Volume ID", "Mode", "Claim", "State", "Node ID", "Access Mode"}, rows)
+	header := []string{"Volume", "Volume ID", "Mode", "Claim", "State", "Node ID", "Access Mode"}
+	if len(a.VolumeStates) > 0 {
+		// The client's side: how far it got with each volume.
+		header = append(header, "Step")
+	}
+	out := table(header, rows)
 	if job.Version != a.JobVersion {
 		// The group may have changed since the allocation was placed.
 		out += fmt.Sprintf("\n\nVolumes as requested by job version %d; the allocation runs version %d.",
@@ -165,4 +185,49 @@ func claimOf(vol *structs.CSIVolume, allocID string, verbose bool) []string {
 		}
 	}
 	return []string{"not claimed", "", "", ""}
+}
+
+// stepOf is the step the client reached with a volume, "" before it
+// reported any.
+func stepOf(st *structs.AllocVolumeState) string {
+	if st == nil {
+		return ""
+	}
+	return st.Step
+}
+
+// volumeSteps lists the volumes the client reported on, when the job that
+// names them is gone.
+func volumeSteps(a *structs.Allocation) string {
+	var rows [][]string
+	for _, alias := range slices.Sorted(maps.Keys(a.VolumeStates)) {
+		st := a.VolumeStates[alias]
+		if st != nil {
+			rows = append(rows, []string{alias, st.VolumeID, st.Step})
+		}
+	}
+	return table([]string{"Volume", "Volume ID", "Step"}, rows)
+}
+
+// volumeWaits says, for each volume the client is waiting on, why (for a
+// claim, the error that names the allocation holding the volume), how many
+// attempts failed and when the next one is; "" when it waits on none.
+func volumeWaits(a *structs.Allocation) string {
+	var lines []string
+	for _, alias := range slices.Sorted(maps.Keys(a.VolumeStates)) {
+		st := a.VolumeStates[alias]
+		if st == nil || st.Waiting == "" {
+			continue
+		}
+		line := fmt.Sprintf("%s (%s, %s): %s", alias, st.VolumeID, st.Step, st.Waiting)
+		if st.Attempts > 0 {
+			line += fmt.Sprintf(" [%d failed attempts", st.Attempts)
+			if st.NextRetry > 0 {
+				line += "; next at " + unixNano(st.NextRetry)
+			}
+			line += "]"
+		}
+		lines = append(lines, line)
+	}
+	return strings.Join(lines, "\n")
 }
