@@ -203,13 +203,19 @@ func (m *allocManager) reconcile(ctx context.Context, reply *structs.NodeClientA
 	}
 	m.mu.Unlock()
 	m.collect()
-	m.reconciled.Add(1)
+	if m.reconciled.Add(1) == 1 {
+		m.logger.Info(firstAllocsMessage, "allocs", len(listed), "new", len(start))
+	}
 	for _, r := range start {
 		r.logger.Info("starting allocation", "name", r.rec.Name, "job_id", r.rec.JobID, "job_version", r.rec.JobVersion)
 		r.persist(true, nil, nil)
 		m.c.goFunc(func() { r.run(ctx) })
 	}
 }
+
+// firstAllocsMessage is logged once the allocations of the node were first
+// heard from the servers after the agent started.
+const firstAllocsMessage = "node allocations received from the servers"
 
 func stopDescription(a *structs.Allocation) string {
 	if a.DesiredDescription != "" {
