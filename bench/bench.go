@@ -2,7 +2,10 @@
 // claims through the leader of an in-process 3-server cluster, each paired
 // with a bare hashicorp/raft cluster on the same kind of storage as its
 // baseline, claims the leader must refuse without a Raft entry, and the
-// volume list endpoint with thousands of volumes. `volplane bench` runs it.
+// volume list endpoint with thousands of volumes; the leader's release of
+// claims when a thousand allocations stop at once, with stand-in client
+// agents answering the plugin calls; and whether registers and claims slow
+// down with ten thousand volumes in the state. `volplane bench` runs it.
 //
 // The disk of a shared machine is noisy (fsync latency can swing tenfold
 // within a minute), so an absolute figure alone says little. Every volplane
@@ -18,6 +21,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -34,14 +38,27 @@ const (
 	PhaseClaim = "claim"
 	// PhaseList is GET /v1/volumes against the leader's HTTP API.
 	PhaseList = "list"
+	// PhaseRelease is the leader's release of Config.ReleaseVolumes claims
+	// when every job holding them stops at once, in a cluster of its own
+	// with two stand-in client agents; then the same with one agent
+	// stopped, whose releases back off (PhaseReleaseAgentDown).
+	PhaseRelease = "release"
+	// PhaseScale is registers and claims on an empty cluster and on one
+	// with Config.ScaleVolumes more volumes, interleaved
+	// (PhaseScaleRegister, PhaseScaleClaim).
+	PhaseScale = "scale"
 )
 
 // phaseOrder is the order the phases run in, whatever the order of
 // Config.Phases. The list phase runs before the claim phase, which leaves
 // its volumes registered and claimed (releasing claims takes stopping the
 // jobs and the servers' release steps): with them the list phase would not
-// know how many volumes it lists.
-var phaseOrder = []string{PhaseRegister, PhaseList, PhaseClaim}
+// know how many volumes it lists. The release and scale phases start
+// clusters of their own, after the first three have shut theirs down.
+var phaseOrder = []string{PhaseRegister, PhaseList, PhaseClaim, PhaseRelease, PhaseScale}
+
+// AllPhases returns every phase, in the order they run.
+func AllPhases() []string { return slices.Clone(phaseOrder) }
 
 // Result phases besides PhaseRegister, PhaseClaim and PhaseList.
 const (
@@ -54,6 +71,15 @@ const (
 	// PhaseApply is raft.Apply of register entries on the volplane leader
 	// (Config.Breakdown).
 	PhaseApply = "raft+fsm"
+	// PhaseReleaseGoroutines is the most goroutines the process ran during
+	// the release, beyond those it ran before.
+	PhaseReleaseGoroutines = "release-goroutines"
+	// PhaseReleaseAgentDown is the process's CPU while the releases of a
+	// stopped agent's claims back off.
+	PhaseReleaseAgentDown = "release-agent-down"
+	// PhaseScaleRegister and PhaseScaleClaim are the scale phase's levels.
+	PhaseScaleRegister = "scale-register"
+	PhaseScaleClaim    = "scale-claim"
 )
 
 // Targets from the issue that asked for this benchmark.
@@ -67,6 +93,20 @@ const (
 	// ClaimTargetThroughputRatio is the least share of the baseline's
 	// throughput claims must reach with Config.Writers claimers.
 	ClaimTargetThroughputRatio = 0.4
+	// ReleaseTargetRate is the least number of claims per second the
+	// leader must release, each with a node and a controller detach.
+	ReleaseTargetRate = 200.0
+	// ReleaseTargetGoroutines is the most goroutines a release may add to
+	// the process at its peak: a few per release worker, where a goroutine
+	// per volume would add about Config.ReleaseVolumes.
+	ReleaseTargetGoroutines = 100
+	// ReleaseTargetBackoffCores is the most CPU, in cores, the process may
+	// use while the releases of a stopped agent back off: a busy loop
+	// would take a whole core or more.
+	ReleaseTargetBackoffCores = 0.25
+	// ScaleTargetRatio is the least share of the empty cluster's register
+	// and claim rates the loaded cluster must reach.
+	ScaleTargetRatio = 0.85
 )
 
 // ListTargetP50 is the p50 that listing n volumes must stay under; 0 means
@@ -82,7 +122,7 @@ func ListTargetP50(n int) time.Duration {
 }
 
 // Config sizes one run. The zero value of a field means its default (see
-// DefaultConfig), except Phases, where nil means every phase.
+// DefaultConfig); nil Phases means the default phases.
 type Config struct {
 	// Ops is the number of registrations (and baseline applies) with
 	// Writers concurrent writers; SerialOps the number with one writer.
@@ -115,7 +155,23 @@ type Config struct {
 	// is for a volume one of them took.
 	RefusedClaims int
 
-	// Phases selects what runs: PhaseRegister, PhaseClaim, PhaseList.
+	// ReleaseVolumes is the number of claims the release phase releases at
+	// once, each an allocation's claim on a volume of its own.
+	ReleaseVolumes int
+
+	// ScaleVolumes is the number of volumes the loaded cluster of the
+	// scale phase has beyond the empty one's, ScaleStuck of which carry
+	// past claims whose release keeps failing. ScaleOps is the number of
+	// registers, ScaleClaimOps of claims, on each cluster, each level in
+	// ScaleRounds alternating rounds.
+	ScaleVolumes  int
+	ScaleStuck    int
+	ScaleOps      int
+	ScaleClaimOps int
+	ScaleRounds   int
+
+	// Phases selects what runs: PhaseRegister, PhaseClaim, PhaseList,
+	// PhaseRelease, PhaseScale.
 	Phases []string
 	// Breakdown adds a third side to each register round: raft.Apply of
 	// the leader-encoded register entry on the volplane leader, which is
@@ -134,7 +190,9 @@ type Config struct {
 
 // DefaultConfig returns the sizes of `volplane bench` without flags: about
 // a minute and a half on two cores. Fewer ops finish in seconds, but one
-// slow stretch of the disk then decides the ratios.
+// slow stretch of the disk then decides the ratios. The release and scale
+// phases, which are not among the default phases, take under a minute
+// each.
 func DefaultConfig() Config {
 	return Config{
 		Ops:            40000,
@@ -147,6 +205,12 @@ func DefaultConfig() Config {
 		ListSizes:      []int{1_000, 10_000},
 		ListRequests:   50,
 		ListBatch:      500,
+		ReleaseVolumes: 1000,
+		ScaleVolumes:   10_000,
+		ScaleStuck:     100,
+		ScaleOps:       10_000,
+		ScaleClaimOps:  5000,
+		ScaleRounds:    10,
 		Phases:         []string{PhaseRegister, PhaseClaim, PhaseList},
 	}
 }
@@ -183,6 +247,24 @@ func (c *Config) normalize() error {
 	if c.ListBatch == 0 {
 		c.ListBatch = d.ListBatch
 	}
+	if c.ReleaseVolumes == 0 {
+		c.ReleaseVolumes = d.ReleaseVolumes
+	}
+	if c.ScaleVolumes == 0 {
+		c.ScaleVolumes = d.ScaleVolumes
+	}
+	if c.ScaleStuck == 0 {
+		c.ScaleStuck = d.ScaleStuck
+	}
+	if c.ScaleOps == 0 {
+		c.ScaleOps = d.ScaleOps
+	}
+	if c.ScaleClaimOps == 0 {
+		c.ScaleClaimOps = d.ScaleClaimOps
+	}
+	if c.ScaleRounds == 0 {
+		c.ScaleRounds = d.ScaleRounds
+	}
 	if c.Phases == nil {
 		c.Phases = d.Phases
 	}
@@ -194,13 +276,14 @@ func (c *Config) normalize() error {
 	}
 	for _, p := range c.Phases {
 		if !slices.Contains(phaseOrder, p) {
-			return fmt.Errorf("unknown phase %q: want %s, %s or %s", p, PhaseRegister, PhaseClaim, PhaseList)
+			return fmt.Errorf("unknown phase %q: want one of %s", p, strings.Join(phaseOrder, ", "))
 		}
 	}
 	switch {
 	case c.Ops < 0 || c.SerialOps < 0 || c.Writers < 0 || c.Rounds < 0 ||
 		c.ClaimOps < 0 || c.ClaimSerialOps < 0 || c.RefusedClaims < 0 ||
-		c.ListRequests < 0 || c.ListBatch < 0:
+		c.ListRequests < 0 || c.ListBatch < 0 || c.ReleaseVolumes < 0 ||
+		c.ScaleVolumes < 0 || c.ScaleStuck < 0 || c.ScaleOps < 0 || c.ScaleClaimOps < 0 || c.ScaleRounds < 0:
 		return errors.New("sizes must not be negative")
 	case c.runs(PhaseRegister) && (c.Rounds > c.Ops || c.Rounds > c.SerialOps):
 		return fmt.Errorf("rounds (%d) must not exceed the op counts (%d, %d): every round needs an op",
@@ -211,6 +294,13 @@ func (c *Config) normalize() error {
 	case c.runs(PhaseClaim) && c.RefusedClaims > c.ClaimOps+c.ClaimSerialOps:
 		return fmt.Errorf("refused claims (%d) must not exceed the measured claims (%d): each is for a volume one of them took",
 			c.RefusedClaims, c.ClaimOps+c.ClaimSerialOps)
+	case c.runs(PhaseRelease) && c.ReleaseVolumes < 2:
+		return fmt.Errorf("the release phase needs at least 2 volumes, one per agent (got %d)", c.ReleaseVolumes)
+	case c.runs(PhaseScale) && c.ScaleStuck > c.ScaleVolumes:
+		return fmt.Errorf("stuck volumes (%d) must not exceed the scale volumes (%d): they are among them", c.ScaleStuck, c.ScaleVolumes)
+	case c.runs(PhaseScale) && (c.ScaleRounds > c.ScaleOps || c.ScaleRounds > c.ScaleClaimOps):
+		return fmt.Errorf("scale rounds (%d) must not exceed the scale op counts (%d, %d): every round needs an op",
+			c.ScaleRounds, c.ScaleOps, c.ScaleClaimOps)
 	}
 	prev := 0
 	for _, n := range c.ListSizes {
@@ -253,9 +343,30 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, err
 }
 
-func run(ctx context.Context, cfg *Config, dir string, rep *Report) (err error) {
+func run(ctx context.Context, cfg *Config, dir string, rep *Report) error {
+	if cfg.runs(PhaseRegister) || cfg.runs(PhaseList) || cfg.runs(PhaseClaim) {
+		if err := runCore(ctx, cfg, dir, rep); err != nil {
+			return err
+		}
+	}
+	if cfg.runs(PhaseRelease) {
+		if err := runRelease(ctx, cfg, dir, rep); err != nil {
+			return fmt.Errorf("release: %w", err)
+		}
+	}
+	if cfg.runs(PhaseScale) {
+		if err := runScale(ctx, cfg, dir, rep); err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+	}
+	return nil
+}
+
+// runCore runs the register, list and claim phases on one volplane cluster
+// and one baseline cluster, and shuts both down.
+func runCore(ctx context.Context, cfg *Config, dir string, rep *Report) (err error) {
 	cfg.progress("starting a 3-server volplane cluster in %s", dir)
-	vp, err := startVolplane(ctx, cfg, dir)
+	vp, err := startVolplane(ctx, cfg, dir, "bench")
 	if err != nil {
 		return err
 	}
@@ -280,7 +391,7 @@ func run(ctx context.Context, cfg *Config, dir string, rep *Report) (err error) 
 			err = errors.Join(err, base.close())
 		}()
 	}
-	for _, phase := range phaseOrder {
+	for _, phase := range []string{PhaseRegister, PhaseList, PhaseClaim} {
 		if !cfg.runs(phase) {
 			continue
 		}

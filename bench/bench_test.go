@@ -18,7 +18,7 @@ import (
 )
 
 // TestBenchSmoke runs `volplane bench` with every phase at tiny sizes, so CI
-// proves the command works end to end: both clusters form, every phase
+// proves the command works end to end: every cluster forms, every phase
 // produces figures, and everything is shut down and removed afterwards.
 func TestBenchSmoke(t *testing.T) {
 	if testing.Short() {
@@ -37,15 +37,19 @@ func TestBenchSmoke(t *testing.T) {
 		"-ops=40", "-serial-ops=20", "-writers=8", "-rounds=2",
 		"-list-sizes=50,100", "-list-requests=5", "-batch=40",
 		"-claim-ops=40", "-claim-serial-ops=20", "-refused-claims=30",
+		"-release-volumes=20", "-scale-volumes=200", "-scale-stuck=5", "-scale-ops=40", "-scale-claim-ops=40",
+		"-scale-rounds=2", "-phases=all",
 		"-breakdown", "-dir=" + dir, "-log-level=warn"}, ui)
 	if code != 0 {
 		t.Fatalf("exit code %d; stderr:\n%s", code, ui.ErrorWriter.String())
 	}
 
 	var rep struct {
-		EntryBytes      int `json:"entry_bytes"`
-		ClaimEntryBytes int `json:"claim_entry_bytes"`
-		ClaimAllocs     int `json:"claim_allocs"`
+		EntryBytes      int   `json:"entry_bytes"`
+		ClaimEntryBytes int   `json:"claim_entry_bytes"`
+		ClaimAllocs     int   `json:"claim_allocs"`
+		ReleaseJobs     int   `json:"release_jobs"`
+		ReleasePerAgent []int `json:"release_per_agent"`
 		Results         []struct {
 			Phase           string  `json:"phase"`
 			PairedWith      string  `json:"paired_with"`
@@ -59,6 +63,11 @@ func TestBenchSmoke(t *testing.T) {
 			P99Ratio        float64 `json:"p99_ratio"`
 			RaftBefore      uint64  `json:"raft_index_before"`
 			RaftAdded       *uint64 `json:"raft_entries_added"`
+			CPUCores        float64 `json:"cpu_cores"`
+			CPUMsPerOp      float64 `json:"cpu_ms_per_op"`
+			GoroutinesStart int     `json:"goroutines_before"`
+			GoroutinesPeak  int     `json:"goroutines_peak"`
+			FailedAttempts  *uint64 `json:"failed_attempts"`
 			Pass            *bool   `json:"pass"`
 		} `json:"results"`
 	}
@@ -82,7 +91,16 @@ func TestBenchSmoke(t *testing.T) {
 		conc, volumes     int
 		ops               int
 	}
-	// The claim phase runs last, whatever the order of -phases.
+	// 20 releases are one job's, spread over the two agents.
+	if rep.ReleaseJobs != 1 || len(rep.ReleasePerAgent) != 2 || rep.ReleasePerAgent[0]+rep.ReleasePerAgent[1] != 20 ||
+		rep.ReleasePerAgent[0] == 0 || rep.ReleasePerAgent[1] == 0 {
+		t.Errorf("release_jobs = %d, release_per_agent = %v, want 1 job and 20 allocations on both agents",
+			rep.ReleaseJobs, rep.ReleasePerAgent)
+	}
+	// The phases run in the order register, list, claim, release, scale,
+	// whatever the order of -phases. The agent-down row's volumes are the
+	// claims the stopped agent held, which the placer decides: checked
+	// below, and -1 here.
 	want := []level{
 		{"baseline", "register", 1, 0, 20}, {"register", "", 1, 0, 20}, {"raft+fsm", "", 1, 0, 20},
 		{"baseline", "register", 8, 0, 40}, {"register", "", 8, 0, 40}, {"raft+fsm", "", 8, 0, 40},
@@ -90,22 +108,50 @@ func TestBenchSmoke(t *testing.T) {
 		{"baseline", "claim", 1, 0, 20}, {"claim", "", 1, 0, 20},
 		{"baseline", "claim", 8, 0, 40}, {"claim", "", 8, 0, 40},
 		{"claim-refused", "", 8, 0, 30},
+		{"release", "", 1, 20, 20}, {"release-goroutines", "", 1, 20, 20}, {"release-agent-down", "", 0, -1, 0},
+		{"scale-register", "", 8, 0, 40}, {"scale-register", "", 8, 200, 40},
+		{"scale-claim", "", 8, 0, 40}, {"scale-claim", "", 8, 200, 40},
 	}
 	if len(rep.Results) != len(want) {
 		t.Fatalf("got %d results, want %d:\n%s", len(rep.Results), len(want), ui.OutputWriter.String())
 	}
 	for i, w := range want {
 		r := rep.Results[i]
-		if got := (level{r.Phase, r.PairedWith, r.Concurrency, r.Volumes, r.Ops}); got != w {
+		got := level{r.Phase, r.PairedWith, r.Concurrency, r.Volumes, r.Ops}
+		if w.volumes == -1 && r.Volumes > 0 && r.Volumes < 20 {
+			got.volumes = -1
+		}
+		if got != w {
 			t.Errorf("result %d is %+v, want %+v", i, got, w)
 		}
-		if r.OpsPerSec <= 0 || r.P50 <= 0 || r.P99 < r.P50 {
-			t.Errorf("result %d (%s): implausible figures: %v ops/s, p50 %vms, p99 %vms", i, r.Phase, r.OpsPerSec, r.P50, r.P99)
+		switch r.Phase {
+		case "release-goroutines":
+			// The releases' goroutines: a few per worker at most, never
+			// one per volume; with 20 volumes only counted.
+			if r.GoroutinesStart <= 0 || r.GoroutinesPeak < r.GoroutinesStart {
+				t.Errorf("result %d: implausible goroutine counts: %d before, %d at the peak", i, r.GoroutinesStart, r.GoroutinesPeak)
+			}
+		case "release-agent-down":
+			if r.CPUCores <= 0 || r.FailedAttempts == nil {
+				t.Errorf("result %d: no CPU or failed attempts while the stopped agent's releases back off: %+v", i, r)
+			}
+		default:
+			if r.OpsPerSec <= 0 || r.P50 <= 0 || r.P99 < r.P50 {
+				t.Errorf("result %d (%s): implausible figures: %v ops/s, p50 %vms, p99 %vms", i, r.Phase, r.OpsPerSec, r.P50, r.P99)
+			}
+		}
+		if r.Phase == "release" && (r.CPUCores <= 0 || r.CPUMsPerOp <= 0) {
+			t.Errorf("result %d: the release without the process's CPU: %+v", i, r)
 		}
 		if (r.Phase == "register" || r.Phase == "raft+fsm" || r.Phase == "claim") && (r.ThroughputRatio <= 0 || r.P99Ratio <= 0) {
 			t.Errorf("result %d: %s without its comparison to the baseline: %+v", i, r.Phase, r)
 		}
-		if r.Phase != "baseline" && r.Phase != "raft+fsm" && r.Pass == nil {
+		// The loaded cluster's rows compare with the empty one's.
+		if strings.HasPrefix(r.Phase, "scale-") && r.Volumes > 0 && (r.ThroughputRatio <= 0 || r.P99Ratio <= 0) {
+			t.Errorf("result %d: %s without its comparison to the empty cluster: %+v", i, r.Phase, r)
+		}
+		judged := r.Phase != "baseline" && r.Phase != "raft+fsm" && !(strings.HasPrefix(r.Phase, "scale-") && r.Volumes == 0)
+		if judged && r.Pass == nil {
 			t.Errorf("result %d: %s without a verdict", i, r.Phase)
 		}
 		// Refused claims write nothing: the verdict must be a pass here,
@@ -185,5 +231,32 @@ func TestBenchTable(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "MISSED targets: claim-refused with 64 caller(s) (0 Raft entries)") {
 		t.Errorf("the missed target is not named:\n%s", b.String())
+	}
+}
+
+func TestBenchTableDetails(t *testing.T) {
+	// A row without a rate shows dashes, not zeros, and a judged row's
+	// detail goes under the table, named by its phase.
+	pass := true
+	rep := &bench.Report{Results: []bench.Result{{
+		Phase: bench.PhaseReleaseGoroutines, Volumes: 1000, Concurrency: 50, Ops: 1000,
+		GoroutinesBefore: 400, GoroutinesPeak: 420, Target: "peak +100 at most", Pass: &pass,
+		Detail: "+20 at the peak over 400 before",
+	}}}
+	var b strings.Builder
+	if err := rep.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for line := range strings.Lines(b.String()) {
+		if strings.HasPrefix(line, bench.PhaseReleaseGoroutines+" ") {
+			row = line
+		}
+	}
+	if f := strings.Fields(row); len(f) < 6 || f[4] != "-" || f[5] != "-" || f[len(f)-1] != "PASS" {
+		t.Errorf("the goroutines row shows no dashes for its rate and p50, or no PASS: %q\n%s", row, b.String())
+	}
+	if !strings.Contains(b.String(), "\nrelease-goroutines: +20 at the peak over 400 before\n") {
+		t.Errorf("the detail is not under the table:\n%s", b.String())
 	}
 }

@@ -30,11 +30,14 @@ const (
 	jobRegisterers = 8
 )
 
-// claimSlot is an allocation placed on the benchmark node and the volume its
-// group asks it to claim as a single-node writer.
+// claimSlot is an allocation placed on a node and the volume its group
+// asks it to claim as a single-node writer.
 type claimSlot struct {
 	allocID  string
 	volumeID string
+	// node is the node the allocation was placed on, whose ID and secret
+	// the claim carries.
+	node *structs.Node
 }
 
 // claimFixture is what the claim phase claims: slots, handed out in order,
@@ -85,11 +88,11 @@ func claimJob(id, source string, count int) *structs.Job {
 	}
 }
 
-// claimVolume is a volume of the benchmark plugin that takes one
-// single-node writer with a file-system attachment, and nothing else.
-func claimVolume(id string) *structs.CSIVolume {
+// claimVolume is a volume of plugin that takes one single-node writer
+// with a file-system attachment, and nothing else.
+func claimVolume(plugin, id string) *structs.CSIVolume {
 	v := benchVolume(0)
-	v.ID, v.Name, v.ExternalID = id, id, "ext-"+id
+	v.ID, v.Name, v.ExternalID, v.PluginID = id, id, "ext-"+id, plugin
 	v.RequestedCapabilities = []*structs.CSIVolumeCapability{{
 		AccessMode:     structs.CSIVolumeAccessModeSingleNodeWriter,
 		AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem,
@@ -97,41 +100,43 @@ func claimVolume(id string) *structs.CSIVolume {
 	return v
 }
 
+// perAllocJobs returns the jobs and the volumes for allocs allocations,
+// each claiming a volume of its own: jobs of one per_alloc group of
+// claimGroupCount (the last one smaller when allocs is not a multiple),
+// job j named prefix-JJJJJ, its allocation i asking for volume
+// sourcePrefixJJJJJ[i] of plugin.
+func perAllocJobs(prefix, sourcePrefix, plugin string, allocs int) ([]*structs.Job, []*structs.CSIVolume) {
+	var jobs []*structs.Job
+	var vols []*structs.CSIVolume
+	for j := 0; allocs > 0; j++ {
+		count := min(allocs, claimGroupCount)
+		source := fmt.Sprintf("%s%05d", sourcePrefix, j)
+		jobs = append(jobs, claimJob(fmt.Sprintf("%s-%05d", prefix, j), source, count))
+		for i := range count {
+			vols = append(vols, claimVolume(plugin, fmt.Sprintf("%s[%d]", source, i)))
+		}
+		allocs -= count
+	}
+	return jobs, vols
+}
+
 // setupClaims registers the volumes, the claim jobs and the rival jobs for
 // claims measured claims and refused refused ones, and waits until the
 // placer has placed every allocation on the benchmark node. All of it
 // happens before any claim, so the rivals are placed while their volumes
-// are still free.
-func (vp *volplane) setupClaims(ctx context.Context, cfg *Config, claims, refused int) (*claimFixture, error) {
+// are still free. phase names the phase in the progress lines.
+func (vp *volplane) setupClaims(ctx context.Context, cfg *Config, phase string, claims, refused int) (*claimFixture, error) {
 	jobs := (claims + claimGroupCount - 1) / claimGroupCount
 	rivalJobs := (refused + claimGroupCount - 1) / claimGroupCount
 
-	cfg.progress("claim: registering %d volumes, %d per request", jobs*claimGroupCount, cfg.ListBatch)
-	var batch []*structs.CSIVolume
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		if err := vp.register(&structs.CSIVolumeRegisterRequest{Volumes: batch}); err != nil {
-			return fmt.Errorf("registering %d claim volumes: %w", len(batch), err)
-		}
-		batch = nil
-		return nil
-	}
+	var vols []*structs.CSIVolume
 	for j := range jobs {
 		for i := range claimGroupCount {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			batch = append(batch, claimVolume(fmt.Sprintf("%s[%d]", claimSource(j), i)))
-			if len(batch) == cfg.ListBatch {
-				if err := flush(); err != nil {
-					return nil, err
-				}
-			}
+			vols = append(vols, claimVolume(benchPlugin, fmt.Sprintf("%s[%d]", claimSource(j), i)))
 		}
 	}
-	if err := flush(); err != nil {
+	cfg.progress("%s: registering %d volumes, %d per request", phase, len(vols), cfg.ListBatch)
+	if err := vp.registerVolumes(ctx, vols, cfg.ListBatch); err != nil {
 		return nil, err
 	}
 
@@ -143,42 +148,104 @@ func (vp *volplane) setupClaims(ctx context.Context, cfg *Config, claims, refuse
 	for j := range rivalJobs {
 		specs = append(specs, claimJob(fmt.Sprintf("rival-%05d", j), claimSource(j), claimGroupCount))
 	}
-	cfg.progress("claim: registering %d jobs of a per_alloc group of %d (%d of them rivals for the refused claims)",
-		len(specs), claimGroupCount, rivalJobs)
+	cfg.progress("%s: registering %d jobs of a per_alloc group of %d (%d of them rivals for the refused claims)",
+		phase, len(specs), claimGroupCount, rivalJobs)
+	if err := vp.registerJobs(ctx, specs); err != nil {
+		return nil, err
+	}
+
+	cfg.progress("%s: waiting for the placer to place %d allocations", phase, len(specs)*claimGroupCount)
+	start := time.Now()
+	slots, err := vp.placedSlots(ctx, specs)
+	if err != nil {
+		return nil, err
+	}
+	f := &claimFixture{jobs: len(specs), allocs: len(slots)}
+	for _, s := range slots {
+		if s.node != vp.node {
+			return nil, fmt.Errorf("allocation %s was placed on node %q, not the benchmark node", s.allocID, s.node.ID)
+		}
+	}
+	cfg.progress("%s: every allocation placed after %v", phase, time.Since(start).Round(time.Millisecond))
+	f.slots = slots[:claims]
+	f.rivals = slots[jobs*claimGroupCount:][:refused]
+	return f, nil
+}
+
+// registerVolumes registers vols, batch per request.
+func (vp *volplane) registerVolumes(ctx context.Context, vols []*structs.CSIVolume, batch int) error {
+	for len(vols) > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		k := min(len(vols), batch)
+		if err := vp.register(&structs.CSIVolumeRegisterRequest{Volumes: vols[:k]}); err != nil {
+			return fmt.Errorf("registering %d volumes: %w", k, err)
+		}
+		vols = vols[k:]
+	}
+	return nil
+}
+
+// registerJobs registers specs, jobRegisterers at a time.
+func (vp *volplane) registerJobs(ctx context.Context, specs []*structs.Job) error {
 	if _, _, err := drive(ctx, len(specs), jobRegisterers, func(i int) error {
 		var reply structs.JobRegisterResponse
 		return vp.call("Job.Register", &structs.JobRegisterRequest{Job: specs[i]}, &reply)
 	}); err != nil {
-		return nil, fmt.Errorf("registering the claim jobs: %w", err)
+		return fmt.Errorf("registering %d jobs: %w", len(specs), err)
 	}
+	return nil
+}
 
-	cfg.progress("claim: waiting for the placer to place %d allocations", len(specs)*claimGroupCount)
-	start := time.Now()
-	deadline := start.Add(placeTimeout)
-	f := &claimFixture{jobs: len(specs), allocs: len(specs) * claimGroupCount}
+// stopJobs stops specs (Job.Deregister, no purge) with conc calls at once,
+// which turns their allocations' claims into past claims.
+func (vp *volplane) stopJobs(ctx context.Context, specs []*structs.Job, conc int) error {
+	if _, _, err := drive(ctx, len(specs), conc, func(i int) error {
+		var reply structs.JobDeregisterResponse
+		return vp.call("Job.Deregister", &structs.JobDeregisterRequest{JobID: specs[i].ID}, &reply)
+	}); err != nil {
+		return fmt.Errorf("stopping %d jobs: %w", len(specs), err)
+	}
+	return nil
+}
+
+// placedSlots waits until the placer has placed every allocation of specs
+// (each of one per_alloc group) and returns their slots, job after job, in
+// the order of the allocations' indexes.
+func (vp *volplane) placedSlots(ctx context.Context, specs []*structs.Job) ([]claimSlot, error) {
+	deadline := time.Now().Add(placeTimeout)
+	var out []claimSlot
 	for _, job := range specs {
-		byName, err := vp.waitPlaced(ctx, job.ID, claimGroupCount, deadline)
+		tg := job.TaskGroups[0]
+		byName, err := vp.waitPlaced(ctx, job.ID, tg.Count, deadline)
 		if err != nil {
 			return nil, err
 		}
-		for i := range claimGroupCount {
-			name := structs.AllocName(job.ID, "g", i)
+		for i := range tg.Count {
+			name := structs.AllocName(job.ID, tg.Name, i)
 			a := byName[name]
-			if a.NodeID != vp.node.ID {
-				return nil, fmt.Errorf("allocation %s was placed on node %q, not the benchmark node", name, a.NodeID)
+			node := vp.knownNode(a.NodeID)
+			if node == nil {
+				return nil, fmt.Errorf("allocation %s was placed on node %q, which the benchmark did not register", name, a.NodeID)
 			}
-			s := claimSlot{allocID: a.ID, volumeID: job.TaskGroups[0].Volumes["data"].VolumeID(name)}
-			if len(f.slots) < jobs*claimGroupCount {
-				f.slots = append(f.slots, s)
-			} else {
-				f.rivals = append(f.rivals, s)
-			}
+			out = append(out, claimSlot{allocID: a.ID, volumeID: tg.Volumes["data"].VolumeID(name), node: node})
 		}
 	}
-	cfg.progress("claim: every allocation placed after %v", time.Since(start).Round(time.Millisecond))
-	f.slots = f.slots[:claims]
-	f.rivals = f.rivals[:refused]
-	return f, nil
+	return out, nil
+}
+
+// knownNode returns the node the benchmark registered under id, or nil.
+func (vp *volplane) knownNode(id string) *structs.Node {
+	if vp.node != nil && vp.node.ID == id {
+		return vp.node
+	}
+	for _, a := range vp.agents {
+		if a.node.ID == id {
+			return a.node
+		}
+	}
+	return nil
 }
 
 // waitPlaced polls Job.Allocations on the leader, as a client would, until
@@ -210,16 +277,16 @@ func (vp *volplane) waitPlaced(ctx context.Context, jobID string, count int, dea
 }
 
 // claimRequests builds the claim requests of slots, as the client agent of
-// the benchmark node sends them, outside the timed calls.
+// each slot's node sends them, outside the timed calls.
 func (vp *volplane) claimRequests(slots []claimSlot) []*structs.CSIVolumeClaimRequest {
 	out := make([]*structs.CSIVolumeClaimRequest, len(slots))
 	for i, s := range slots {
 		out[i] = &structs.CSIVolumeClaimRequest{
 			VolumeID:     s.volumeID,
-			NodeSecretID: vp.node.SecretID,
+			NodeSecretID: s.node.SecretID,
 			Claim: &structs.CSIVolumeClaim{
 				AllocationID:   s.allocID,
-				NodeID:         vp.node.ID,
+				NodeID:         s.node.ID,
 				Mode:           structs.CSIVolumeClaimWrite,
 				AccessMode:     structs.CSIVolumeAccessModeSingleNodeWriter,
 				AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem,

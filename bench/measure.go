@@ -54,15 +54,46 @@ func drive(ctx context.Context, ops, conc int, op func(i int) error) ([]time.Dur
 }
 
 // series accumulates the samples and wall time of one measured level over
-// several rounds.
+// several rounds, and each round's throughput.
 type series struct {
 	samples []time.Duration
 	wall    time.Duration
+	rates   []float64
 }
 
 func (s *series) add(samples []time.Duration, wall time.Duration) {
 	s.samples = append(s.samples, samples...)
 	s.wall += wall
+	if wall > 0 {
+		s.rates = append(s.rates, float64(len(samples))/wall.Seconds())
+	}
+}
+
+// pairedRatios returns, round by round, s's throughput as a share of
+// base's, for the rounds both measured.
+func (s *series) pairedRatios(base *series) []float64 {
+	var out []float64
+	for i := range min(len(s.rates), len(base.rates)) {
+		if base.rates[i] > 0 {
+			out = append(out, s.rates[i]/base.rates[i])
+		}
+	}
+	return out
+}
+
+// median returns the middle of fs (the mean of the two middle ones for an
+// even count), 0 for none.
+func median(fs []float64) float64 {
+	if len(fs) == 0 {
+		return 0
+	}
+	sorted := slices.Clone(fs)
+	slices.Sort(sorted)
+	m := len(sorted) / 2
+	if len(sorted)%2 == 1 {
+		return sorted[m]
+	}
+	return (sorted[m-1] + sorted[m]) / 2
 }
 
 // stats are the figures of a series.

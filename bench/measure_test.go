@@ -115,3 +115,30 @@ func TestConfigNormalize(t *testing.T) {
 		}
 	}
 }
+
+func TestPairedRatios(t *testing.T) {
+	// Each round pairs the loaded side's chunk with the empty side's; a
+	// stall in one round (the third) moves the median of the ratios
+	// little, where it drags the overall rate down.
+	var empty, loaded series
+	for _, walls := range [][2]time.Duration{{100, 110}, {100, 90}, {100, 400}, {120, 120}, {100, 100}} {
+		empty.add(make([]time.Duration, 100), walls[0]*time.Millisecond)
+		loaded.add(make([]time.Duration, 100), walls[1]*time.Millisecond)
+	}
+	ratios := loaded.pairedRatios(&empty)
+	if len(ratios) != 5 {
+		t.Fatalf("got %d ratios, want one per round: %v", len(ratios), ratios)
+	}
+	if got := median(ratios); got != 1 {
+		t.Errorf("median of %v = %v, want 1 (the rounds at equal speed)", ratios, got)
+	}
+	if overall := loaded.stats().opsPerSec / empty.stats().opsPerSec; overall > 0.7 {
+		t.Errorf("overall ratio %v: the stalled round should weigh on it", overall)
+	}
+	if got := median([]float64{3, 1, 2, 4}); got != 2.5 {
+		t.Errorf("median of an even count = %v, want 2.5", got)
+	}
+	if got := median(nil); got != 0 {
+		t.Errorf("median of none = %v, want 0", got)
+	}
+}

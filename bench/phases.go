@@ -36,7 +36,7 @@ func runRegister(ctx context.Context, cfg *Config, vp *volplane, base *baseline,
 		if cfg.Breakdown {
 			sides = append(sides, &side{name: PhaseApply, run: applyChunk})
 		}
-		if err := interleave(cfg, PhaseRegister, lv.writers, lv.ops, sides); err != nil {
+		if err := interleave(cfg, PhaseRegister, lv.writers, lv.ops, cfg.Rounds, sides); err != nil {
 			return err
 		}
 		var apply *stats
@@ -66,7 +66,7 @@ func runClaim(ctx context.Context, cfg *Config, vp *volplane, base *baseline, re
 	for _, lv := range levels {
 		total += warmupOps(lv.claimers) + lv.ops
 	}
-	fx, err := vp.setupClaims(ctx, cfg, total, cfg.RefusedClaims)
+	fx, err := vp.setupClaims(ctx, cfg, PhaseClaim, total, cfg.RefusedClaims)
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func runClaim(ctx context.Context, cfg *Config, vp *volplane, base *baseline, re
 			})
 		}
 		sides := []*side{baselineSide(ctx, base, lv.claimers), {name: PhaseClaim, run: vpChunk}}
-		if err := interleave(cfg, PhaseClaim, lv.claimers, lv.ops, sides); err != nil {
+		if err := interleave(cfg, PhaseClaim, lv.claimers, lv.ops, cfg.Rounds, sides); err != nil {
 			return err
 		}
 		rep.addCompared(PhaseClaim, lv.claimers, cfg.Writers, ClaimTargetThroughputRatio, sides[0].s.stats(), sides[1].s.stats(), nil)
@@ -168,17 +168,17 @@ func warmupOps(conc int) int { return max(2*conc, 20) }
 
 // interleave runs one level of phase: an unmeasured warm-up on every side
 // (connections dialed, pipelines and caches filled), then ops calls on each
-// side in cfg.Rounds rounds, every round running each side once, the order
+// side in rounds rounds, every round running each side once, the order
 // rotating between rounds, so that a slow minute of the disk hits every
-// side alike. Each side's series holds its measured calls.
-func interleave(cfg *Config, phase string, conc, ops int, sides []*side) error {
+// side alike. Each side's series holds its measured calls, round by round.
+func interleave(cfg *Config, phase string, conc, ops, rounds int, sides []*side) error {
 	cfg.progress("%s, %d caller(s): warming up", phase, conc)
 	for _, sd := range sides {
 		if _, _, err := sd.run(warmupOps(conc)); err != nil {
 			return fmt.Errorf("%s warm-up: %w", sd.name, err)
 		}
 	}
-	for r, n := range splitOps(ops, cfg.Rounds) {
+	for r, n := range splitOps(ops, rounds) {
 		for k := range sides {
 			sd := sides[(r+k)%len(sides)]
 			samples, wall, err := sd.run(n)
@@ -187,7 +187,7 @@ func interleave(cfg *Config, phase string, conc, ops int, sides []*side) error {
 			}
 			sd.s.add(samples, wall)
 			cfg.progress("%s, %d caller(s), round %d/%d: %-8s %5d ops in %v",
-				phase, conc, r+1, cfg.Rounds, sd.name, n, wall.Round(time.Millisecond))
+				phase, conc, r+1, rounds, sd.name, n, wall.Round(time.Millisecond))
 		}
 	}
 	return nil

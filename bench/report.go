@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,9 +27,14 @@ type Report struct {
 	// ClaimJobs and ClaimAllocs are the jobs and allocations the claim
 	// phase set up (rivals included): the leader's placer goes over all of
 	// them after each claim, so the claim figures depend on them.
-	ClaimJobs   int      `json:"claim_jobs,omitempty"`
-	ClaimAllocs int      `json:"claim_allocs,omitempty"`
-	Results     []Result `json:"results"`
+	ClaimJobs   int `json:"claim_jobs,omitempty"`
+	ClaimAllocs int `json:"claim_allocs,omitempty"`
+	// ReleaseJobs is the number of per_alloc jobs whose allocations held
+	// the release phase's claims, ReleasePerAgent how many of those
+	// allocations each agent's node ran.
+	ReleaseJobs     int      `json:"release_jobs,omitempty"`
+	ReleasePerAgent []int    `json:"release_per_agent,omitempty"`
+	Results         []Result `json:"results"`
 	// Notes are events that make figures less trustworthy.
 	Notes []string `json:"notes,omitempty"`
 	// Pass is true when no result has a missed target.
@@ -47,6 +53,12 @@ type RunConfig struct {
 	ClaimOps       int      `json:"claim_ops"`
 	ClaimSerialOps int      `json:"claim_serial_ops"`
 	RefusedClaims  int      `json:"refused_claims"`
+	ReleaseVolumes int      `json:"release_volumes"`
+	ScaleVolumes   int      `json:"scale_volumes"`
+	ScaleStuck     int      `json:"scale_stuck"`
+	ScaleOps       int      `json:"scale_ops"`
+	ScaleClaimOps  int      `json:"scale_claim_ops"`
+	ScaleRounds    int      `json:"scale_rounds"`
 	Phases         []string `json:"phases"`
 	Breakdown      bool     `json:"breakdown,omitempty"`
 }
@@ -56,19 +68,25 @@ func reportConfig(c Config) RunConfig {
 		Ops: c.Ops, SerialOps: c.SerialOps, Writers: c.Writers, Rounds: c.Rounds,
 		ListSizes: c.ListSizes, ListRequests: c.ListRequests, ListBatch: c.ListBatch,
 		ClaimOps: c.ClaimOps, ClaimSerialOps: c.ClaimSerialOps, RefusedClaims: c.RefusedClaims,
+		ReleaseVolumes: c.ReleaseVolumes, ScaleVolumes: c.ScaleVolumes, ScaleStuck: c.ScaleStuck,
+		ScaleOps: c.ScaleOps, ScaleClaimOps: c.ScaleClaimOps, ScaleRounds: c.ScaleRounds,
 		Phases: c.Phases, Breakdown: c.Breakdown,
 	}
 }
 
 // Result is one measured level: a phase at one concurrency (and, for the
-// list, one volume count).
+// list, one volume count), or one figure of the release phase.
 type Result struct {
 	// Phase is "baseline", "register", "raft+fsm" (with Config.Breakdown),
-	// "claim", "claim-refused" or "list".
+	// "claim", "claim-refused", "list", "release", "release-goroutines",
+	// "release-agent-down", "scale-register" or "scale-claim".
 	Phase string `json:"phase"`
 	// PairedWith is, for a baseline result, the phase it is the baseline
 	// of: "register" or "claim".
-	PairedWith  string  `json:"paired_with,omitempty"`
+	PairedWith string `json:"paired_with,omitempty"`
+	// Volumes is the number of volumes listed (list), released (release),
+	// backing off (release-agent-down), or in the loaded cluster beyond
+	// the empty one's (scale-*).
 	Volumes     int     `json:"volumes,omitempty"`
 	Concurrency int     `json:"concurrency"`
 	Ops         int     `json:"ops"`
@@ -87,6 +105,25 @@ type Result struct {
 	RaftIndexBefore  uint64  `json:"raft_index_before,omitempty"`
 	RaftIndexAfter   uint64  `json:"raft_index_after,omitempty"`
 	RaftEntriesAdded *uint64 `json:"raft_entries_added,omitempty"`
+	// CPUSeconds is the whole process's CPU time (user and system) over
+	// the result's window, CPUCores the same per second of it and
+	// CPUMsPerOp per operation; IdleCores is the process's CPU per second
+	// with nothing to do. The process holds every server, the agents and
+	// the benchmark, so these bound the leader's.
+	CPUSeconds float64 `json:"cpu_s,omitempty"`
+	CPUCores   float64 `json:"cpu_cores,omitempty"`
+	CPUMsPerOp float64 `json:"cpu_ms_per_op,omitempty"`
+	IdleCores  float64 `json:"idle_cores,omitempty"`
+	// GoroutinesBefore is the process's goroutine count just before the
+	// window, GoroutinesPeak the most sampled in it.
+	GoroutinesBefore int `json:"goroutines_before,omitempty"`
+	GoroutinesPeak   int `json:"goroutines_peak,omitempty"`
+	// FailedAttempts is the number of failed release attempts in the
+	// window: the checkpoints they wrote to the leader's Raft log.
+	FailedAttempts *uint64 `json:"failed_attempts,omitempty"`
+	// Detail says in words what the figures of the release and scale
+	// phases are.
+	Detail string `json:"detail,omitempty"`
 	// Target says what the result must reach; Pass whether it did (nil
 	// when there is no target).
 	Target string `json:"target,omitempty"`
@@ -173,6 +210,102 @@ func (r *Report) addList(size int, st stats) {
 	r.Results = append(r.Results, l)
 }
 
+// addRelease adds the release of n claims held by the allocations of jobs
+// jobs, perAgent on each agent's node: its rate, judged by
+// ReleaseTargetRate, with the process's CPU; and its goroutines, judged by
+// ReleaseTargetGoroutines.
+func (r *Report) addRelease(n, jobs int, perAgent []int, run *releaseRun) {
+	r.ReleaseJobs, r.ReleasePerAgent = jobs, perAgent
+	var s series
+	s.add(run.toDetach, run.elapsed)
+	st := s.stats()
+	st.ops = n
+	st.opsPerSec = float64(n) / run.elapsed.Seconds()
+	rel := newResult(PhaseRelease, jobs, st)
+	rel.Volumes = n
+	pass := st.opsPerSec >= ReleaseTargetRate
+	rel.Target = fmt.Sprintf("ops/s >= %g", ReleaseTargetRate)
+	rel.Pass = &pass
+	rel.GoroutinesBefore, rel.GoroutinesPeak = run.goroutinesBefore, run.peak
+	rel.Detail = fmt.Sprintf("all free %.2fs after the stops; %d node + %d controller detaches",
+		run.elapsed.Seconds(), run.nodeDetaches, run.controllerDetaches)
+	if run.cpuOK {
+		rel.CPUSeconds = round3(run.cpu.Seconds())
+		rel.CPUCores = round3(run.cpu.Seconds() / run.elapsed.Seconds())
+		rel.CPUMsPerOp = round3(float64(run.cpu) / float64(time.Millisecond) / float64(n))
+		rel.Detail += fmt.Sprintf("; process CPU %.2fs: %.2f ms per release, %.2f cores",
+			rel.CPUSeconds, rel.CPUMsPerOp, rel.CPUCores)
+	}
+
+	delta := run.peak - run.goroutinesBefore
+	g := Result{
+		Phase: PhaseReleaseGoroutines, Volumes: n, Concurrency: jobs, Ops: n, Elapsed: Seconds(run.elapsed),
+		GoroutinesBefore: run.goroutinesBefore, GoroutinesPeak: run.peak,
+		Target: fmt.Sprintf("peak +%d at most", ReleaseTargetGoroutines),
+		Detail: fmt.Sprintf("+%d at the peak over %d before, once the stops returned (+%d counting the %d stop call(s))",
+			delta, run.goroutinesBefore, run.peakAll-run.goroutinesBefore, jobs),
+	}
+	gpass := delta <= ReleaseTargetGoroutines
+	g.Pass = &gpass
+	r.Results = append(r.Results, rel, g)
+}
+
+// addReleaseAgentDown adds the process's CPU while a stopped agent's
+// releases back off, judged by ReleaseTargetBackoffCores.
+func (r *Report) addReleaseAgentDown(d *agentDownRun) {
+	res := Result{
+		Phase: PhaseReleaseAgentDown, Volumes: d.backingOff, Elapsed: Seconds(d.window),
+		GoroutinesBefore: d.goroutines, GoroutinesPeak: d.peak, FailedAttempts: &d.raftEntries,
+		Target: fmt.Sprintf("cpu < %g cores", ReleaseTargetBackoffCores),
+	}
+	res.Detail = fmt.Sprintf("%d claims backing off; in %.1fs: %d failed attempts (%.1f per claim), goroutines +%d",
+		d.backingOff, d.window.Seconds(), d.raftEntries, float64(d.raftEntries)/float64(max(d.backingOff, 1)), d.peak-d.goroutines)
+	if d.cpuOK {
+		res.CPUSeconds = round3(d.cpu.Seconds())
+		res.CPUCores = round3(d.cpu.Seconds() / d.window.Seconds())
+		res.IdleCores = round3(d.idleCPU.Seconds() / d.idle.Seconds())
+		pass := res.CPUCores < ReleaseTargetBackoffCores
+		res.Pass = &pass
+		res.Detail = fmt.Sprintf("%.3f cores (idle: %.3f); ", res.CPUCores, res.IdleCores) + res.Detail
+	}
+	res.Detail += fmt.Sprintf("; %d attempts so far (%d claims not yet tried); the other agent's %d freed in %.2fs",
+		d.attempts, d.neverTried, d.up, d.upTook.Seconds())
+	if d.lastError != "" {
+		res.Detail += "; last error: " + shorten(d.lastError, 140)
+	}
+	r.Results = append(r.Results, res)
+}
+
+// addScale adds a scale level: the empty cluster's figures, then the
+// loaded cluster's, with extra more volumes. The loaded cluster's
+// throughput ratio is the median over the rounds of its rate as a share of
+// the empty one's in the same round, and must reach ScaleTargetRatio.
+func (r *Report) addScale(phase string, conc, extra int, empty, loaded *series, detail string) {
+	es, ls := empty.stats(), loaded.stats()
+	e := newResult(phase, conc, es)
+	l := newResult(phase, conc, ls)
+	l.Volumes = extra
+	ratios := loaded.pairedRatios(empty)
+	l.ThroughputRatio = round3(median(ratios))
+	if es.p99 > 0 {
+		l.P99Ratio = round3(float64(ls.p99) / float64(es.p99))
+	}
+	pass := l.ThroughputRatio >= ScaleTargetRatio
+	l.Target = fmt.Sprintf("ops/s >= %gx", ScaleTargetRatio)
+	l.Pass = &pass
+	l.Detail = fmt.Sprintf("round ratios %.2f-%.2f, overall %.2fx; %s",
+		slices.Min(ratios), slices.Max(ratios), ls.opsPerSec/es.opsPerSec, detail)
+	r.Results = append(r.Results, e, l)
+}
+
+// shorten cuts s to n runes, marking the cut.
+func shorten(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
+
 func (r *Report) allPass() bool {
 	for _, res := range r.Results {
 		if res.Pass != nil && !*res.Pass {
@@ -209,7 +342,28 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "  raft + is the entries the leader's Raft log gained meanwhile")
 	}
 	if r.EntryBytes > 0 || r.ClaimEntryBytes > 0 {
-		fmt.Fprintf(w, "each baseline ran interleaved with its phase in %d rounds; ratios are volplane / baseline at the same concurrency\n\n", r.Config.Rounds)
+		fmt.Fprintf(w, "each baseline ran interleaved with its phase in %d rounds; ratios are volplane / baseline at the same concurrency\n", r.Config.Rounds)
+	}
+	if r.has(PhaseRelease) {
+		fmt.Fprintf(w, "release: %d allocations of %d per_alloc jobs on 2 stand-in agents (%s) each claimed a volume of a monolith\n",
+			r.Config.ReleaseVolumes, r.ReleaseJobs, joinInts(r.ReleasePerAgent, " + "))
+		fmt.Fprintln(w, "  plugin (controller publish), in a 3-server cluster of its own; then every job was stopped at once (conc: the")
+		fmt.Fprintln(w, "  Job.Deregister calls in flight). ops/s is releases/s until a list shows every volume free, each release a node")
+		fmt.Fprintln(w, "  and a controller detach over the agents' yamux sessions (agent1's through a follower) and 3 Raft checkpoints;")
+		fmt.Fprintln(w, "  p50/p99: from the stops to a volume's controller detach, its last plugin call. CPU and goroutines are the")
+		fmt.Fprintln(w, "  whole process's (3 servers, 2 agents, the benchmark), which bounds the leader's")
+		fmt.Fprintln(w, "release-agent-down: the volumes claimed again, agent1 stopped, every job stopped; the process's CPU over the")
+		fmt.Fprintln(w, "  2s after agent2's releases are done, while agent1's back off")
+	}
+	if r.has(PhaseScaleRegister) || r.has(PhaseScaleClaim) {
+		fmt.Fprintf(w, "scale-register, scale-claim: one-volume registers and claims (node-only plugin) with %d callers on an empty\n", r.Config.Writers)
+		fmt.Fprintf(w, "  cluster and on one with %d more volumes (%d of them with past claims backing off), interleaved in %d rounds;\n",
+			r.Config.ScaleVolumes, r.Config.ScaleStuck, r.Config.ScaleRounds)
+		fmt.Fprintln(w, "  each round's registered volumes are deregistered after it; each cluster holds the volumes it claims. The ops/s")
+		fmt.Fprintln(w, "  ratio is the median over the rounds of loaded / empty in the same round; p99 ratio is loaded / empty")
+	}
+	if len(r.Results) > 0 && (r.EntryBytes > 0 || r.ClaimEntryBytes > 0 || r.has(PhaseRelease) || r.has(PhaseScaleRegister)) {
+		fmt.Fprintln(w)
 	}
 	rows := [][]string{{"phase", "volumes", "conc", "ops", "ops/s", "p50", "p99", "ops/s ratio", "p99 ratio", "raft +", "target", "result"}}
 	for _, res := range r.Results {
@@ -218,15 +372,26 @@ func (r *Report) WriteTable(w io.Writer) error {
 			entries = strconv.FormatUint(*res.RaftEntriesAdded, 10)
 		}
 		rows = append(rows, []string{
-			res.Phase, intOrDash(res.Volumes), strconv.Itoa(res.Concurrency), strconv.Itoa(res.Ops),
-			strconv.FormatFloat(res.OpsPerSec, 'f', 0, 64),
-			fmtDuration(time.Duration(res.P50)), fmtDuration(time.Duration(res.P99)),
+			res.Phase, intOrDash(res.Volumes), intOrDash(res.Concurrency), intOrDash(res.Ops),
+			floatOrDash(res.OpsPerSec), durationOrDash(time.Duration(res.P50)), durationOrDash(time.Duration(res.P99)),
 			ratioOrDash(res.ThroughputRatio), ratioOrDash(res.P99Ratio), entries, orDash(res.Target), verdict(res.Pass),
 		})
 	}
 	// Names and verdicts read best left-aligned, numbers right-aligned.
 	if err := writeColumns(w, rows, map[int]bool{0: true, 10: true, 11: true}); err != nil {
 		return err
+	}
+	// The release and scale rows' details are sentences: they go under
+	// the table, not in a column as wide as the longest.
+	for _, res := range r.Results {
+		if res.Detail == "" || res.Pass == nil {
+			continue
+		}
+		name := res.Phase
+		if strings.HasPrefix(res.Phase, "scale-") {
+			name = fmt.Sprintf("%s (%d more volumes)", res.Phase, res.Volumes)
+		}
+		fmt.Fprintf(w, "%s: %s\n", name, res.Detail)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
@@ -244,8 +409,15 @@ func (r *Report) missed() []string {
 	for _, res := range r.Results {
 		if res.Pass != nil && !*res.Pass {
 			name := fmt.Sprintf("%s with %d caller(s)", res.Phase, res.Concurrency)
-			if res.Phase == PhaseList {
+			switch res.Phase {
+			case PhaseList:
 				name = fmt.Sprintf("list of %d volumes", res.Volumes)
+			case PhaseRelease, PhaseReleaseGoroutines:
+				name = fmt.Sprintf("%s of %d claims", res.Phase, res.Volumes)
+			case PhaseReleaseAgentDown:
+				name = fmt.Sprintf("%s with %d claims backing off", res.Phase, res.Volumes)
+			case PhaseScaleRegister, PhaseScaleClaim:
+				name = fmt.Sprintf("%s with %d more volumes", res.Phase, res.Volumes)
 			}
 			out = append(out, name+" ("+res.Target+")")
 		}
@@ -271,6 +443,33 @@ func decimals(f float64) int {
 		return 1
 	}
 	return 2
+}
+
+// has reports whether the report holds a result of phase.
+func (r *Report) has(phase string) bool {
+	return slices.ContainsFunc(r.Results, func(res Result) bool { return res.Phase == phase })
+}
+
+func floatOrDash(f float64) string {
+	if f == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(f, 'f', 0, 64)
+}
+
+func durationOrDash(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmtDuration(d)
+}
+
+func joinInts(ns []int, sep string) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, sep)
 }
 
 func intOrDash(n int) string {

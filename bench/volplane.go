@@ -60,6 +60,11 @@ type volplane struct {
 	// request, as the leader encodes it.
 	entryBytes int
 
+	// agents are the client agents standing in for nodes with a plugin
+	// that has a controller (the release and scale phases); close closes
+	// them before the servers.
+	agents []*agent
+
 	// The heartbeat loop keeps the benchmark node, and so its plugin,
 	// alive, as its client agent would.
 	logger        hclog.Logger
@@ -68,10 +73,12 @@ type volplane struct {
 }
 
 // startVolplane starts three servers that form a cluster through the join
-// protocol, each with raft-boltdb in its own dir and production Raft
-// timing, and waits until the leader serves consistent reads.
-func startVolplane(ctx context.Context, cfg *Config, dir string) (_ *volplane, err error) {
-	logger := cfg.Logger.Named("bench-client")
+// protocol, each with raft-boltdb in its own dir under dir and production
+// Raft timing, and waits until the leader serves consistent reads. name
+// tells the cluster apart from the others of the run, in the servers' names
+// and logs and in the label instance of a CPU profile.
+func startVolplane(ctx context.Context, cfg *Config, dir, name string) (_ *volplane, err error) {
+	logger := cfg.Logger.Named(name + "-client")
 	vp := &volplane{
 		logger:        logger,
 		heartbeatStop: make(chan struct{}),
@@ -90,7 +97,7 @@ func startVolplane(ctx context.Context, cfg *Config, dir string) (_ *volplane, e
 	var first string
 	for i := range clusterSize {
 		c := server.DefaultConfig()
-		c.NodeName = fmt.Sprintf("bench-srv%d", i)
+		c.NodeName = fmt.Sprintf("%s-srv%d", name, i)
 		c.DataDir = filepath.Join(dir, c.NodeName)
 		c.RPCAddr = "127.0.0.1:0"
 		c.HTTPAddr = "127.0.0.1:0"
@@ -102,8 +109,9 @@ func startVolplane(ctx context.Context, cfg *Config, dir string) (_ *volplane, e
 		c.Logger = cfg.Logger.Named(c.NodeName)
 		var s *server.Server
 		// Every goroutine the server starts, and the ones they start,
-		// inherit this label, so a CPU profile can be split by cluster.
-		pprof.Do(ctx, pprof.Labels("cluster", "volplane"), func(context.Context) {
+		// inherit these labels, so a CPU profile can be split by cluster
+		// and by server.
+		pprof.Do(ctx, pprof.Labels("cluster", "volplane", "instance", name, "server", c.NodeName), func(context.Context) {
 			s, err = server.NewServer(c)
 		})
 		if err != nil {
@@ -172,6 +180,16 @@ func (vp *volplane) leaderReady() error {
 	}
 	var reply structs.CSIVolumeListResponse
 	return vp.call("CSIVolume.List", &structs.CSIVolumeListRequest{}, &reply)
+}
+
+// follower returns a server that is not the leader.
+func (vp *volplane) follower() *server.Server {
+	for _, s := range vp.servers {
+		if s != vp.leader {
+			return s
+		}
+	}
+	return nil
 }
 
 // stillLeader reports whether the server found leader at the start still is.
@@ -350,7 +368,17 @@ func (vp *volplane) registerMany(ctx context.Context, n, batch int) error {
 // deregisterRegistered removes the volumes the register phase created, so
 // the list phase knows how many volumes there are.
 func (vp *volplane) deregisterRegistered(ctx context.Context, batch int) error {
-	for ids := range chunks(vp.registered, batch) {
+	if err := vp.deregister(ctx, vp.registered, batch); err != nil {
+		return err
+	}
+	vp.registered = nil
+	return nil
+}
+
+// deregister removes the volumes ids, which hold no claims, batch per
+// request.
+func (vp *volplane) deregister(ctx context.Context, ids []string, batch int) error {
+	for ids := range chunks(ids, batch) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -360,7 +388,6 @@ func (vp *volplane) deregisterRegistered(ctx context.Context, batch int) error {
 			return fmt.Errorf("deregistering %d volumes: %w", len(ids), err)
 		}
 	}
-	vp.registered = nil
 	return nil
 }
 
@@ -411,6 +438,9 @@ func (vp *volplane) close() error {
 	close(vp.heartbeatStop)
 	vp.heartbeatWG.Wait()
 	var errs []error
+	for _, a := range vp.agents {
+		errs = append(errs, a.close())
+	}
 	if vp.pool != nil {
 		errs = append(errs, vp.pool.Close())
 	}

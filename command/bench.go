@@ -64,9 +64,44 @@ Usage: volplane bench [options]
             already claimed, which the leader must refuse with max claims
             and without any Raft entry. Target: the leader's Raft log gains
             0 entries.
+  release   Not run by default (-phases=all or -phases=release; under a
+            minute). The leader's release of claims, in a 3-server cluster
+            of its own with two stand-in client agents, each a node with a
+            monolith instance of a plugin whose controller attaches and
+            detaches, serving the servers' ClientCSI calls over its yamux
+            session (one agent's session is with a follower, the other's
+            with the leader). -release-volumes allocations of per_alloc jobs
+            (groups of 20) spread over both nodes each claim a volume of
+            their own (with the node's secret; a controller publish each);
+            then every job is stopped at once and the phase waits until
+            every volume is free (each release: a node detach, a controller
+            detach, three Raft checkpoints). Reports releases/s, the
+            process's CPU per release and the goroutines it added at the
+            peak. Then the volumes are claimed again, the first agent is
+            stopped, every job stopped, and the process's CPU is measured
+            for 2s once the other agent's releases are done, while the
+            stopped agent's back off. The process holds every server, so
+            its CPU bounds the leader's. Targets: releases/s >= %g; peak
+            goroutines at most %d above those before; CPU < %g cores
+            while releases back off.
+  scale     Not run by default (-phases=all or -phases=scale; under a
+            minute). Whether the cost of registers and claims grows with the
+            volumes in the state: two 3-server clusters of its own, one
+            empty, one with -scale-volumes more volumes, -scale-stuck of
+            which hold past claims whose node detach keeps failing, so their
+            releases back off and retry all along. -scale-ops registers,
+            then -scale-claim-ops claims, with -writers callers on each
+            cluster, interleaved in -scale-rounds rounds; each round's
+            registered volumes are deregistered after it. Target: the
+            loaded cluster's ops/s >= %gx the empty one's, for registers
+            and for claims, as the median over the rounds of the two
+            clusters' ratio within a round (a disk stall in one round then
+            decides nothing).
 
-  The phases run in the order register, list, claim: the claim phase leaves
-  its volumes claimed, so it comes after the list phase counts volumes.
+  The phases run in the order register, list, claim, release, scale: the
+  claim phase leaves its volumes claimed, so it comes after the list phase
+  counts volumes; release and scale start clusters of their own once the
+  first three have shut theirs down.
 
   Progress goes to stderr; the table (or, with -json, the JSON report) to
   stdout. The exit code is 0 even when a target is missed, unless -strict.
@@ -88,8 +123,20 @@ Options:
                      Claims with one claimer (default %d).
   -refused-claims=N  Claims that must be refused, sent after the measured
                      ones; at most their number (default %d).
-  -phases=LIST       Comma-separated phases: register, claim, list
-                     (default %s).
+  -release-volumes=N Claims the release phase releases at once
+                     (default %d).
+  -scale-volumes=N   Volumes the scale phase's loaded cluster has beyond
+                     the empty one's (default %d).
+  -scale-stuck=N     Of those, volumes with past claims backing off
+                     (default %d).
+  -scale-ops=N       Registers on each cluster in the scale phase
+                     (default %d).
+  -scale-claim-ops=N Claims on each cluster in the scale phase
+                     (default %d).
+  -scale-rounds=N    Alternating empty/loaded rounds per scale level
+                     (default %d).
+  -phases=LIST       Comma-separated phases: register, claim, list, release,
+                     scale, or all (default %s).
   -breakdown         Add a third side to the register rounds, raft+fsm:
                      raft.Apply of the leader-encoded register entries on
                      the volplane leader (state machine included, RPC layers
@@ -106,9 +153,12 @@ Options:
   -log-level=LEVEL   Log level of the servers and Raft, to stderr (default
                      error).
 `, bench.TargetThroughputRatio, bench.TargetP99Ratio, bench.ClaimTargetThroughputRatio, bench.TargetP99Ratio,
+		bench.ReleaseTargetRate, bench.ReleaseTargetGoroutines, bench.ReleaseTargetBackoffCores, bench.ScaleTargetRatio,
 		d.Ops, d.SerialOps, d.Writers, d.Rounds,
 		joinInts(d.ListSizes), d.ListRequests, d.ListBatch,
-		d.ClaimOps, d.ClaimSerialOps, d.RefusedClaims, strings.Join(d.Phases, ",")))
+		d.ClaimOps, d.ClaimSerialOps, d.RefusedClaims,
+		d.ReleaseVolumes, d.ScaleVolumes, d.ScaleStuck, d.ScaleOps, d.ScaleClaimOps, d.ScaleRounds,
+		strings.Join(d.Phases, ",")))
 }
 
 func (c *BenchCommand) Run(args []string) int {
@@ -128,6 +178,12 @@ func (c *BenchCommand) Run(args []string) int {
 	f.IntVar(&cfg.ClaimOps, "claim-ops", cfg.ClaimOps, "")
 	f.IntVar(&cfg.ClaimSerialOps, "claim-serial-ops", cfg.ClaimSerialOps, "")
 	f.IntVar(&cfg.RefusedClaims, "refused-claims", cfg.RefusedClaims, "")
+	f.IntVar(&cfg.ReleaseVolumes, "release-volumes", cfg.ReleaseVolumes, "")
+	f.IntVar(&cfg.ScaleVolumes, "scale-volumes", cfg.ScaleVolumes, "")
+	f.IntVar(&cfg.ScaleStuck, "scale-stuck", cfg.ScaleStuck, "")
+	f.IntVar(&cfg.ScaleOps, "scale-ops", cfg.ScaleOps, "")
+	f.IntVar(&cfg.ScaleClaimOps, "scale-claim-ops", cfg.ScaleClaimOps, "")
+	f.IntVar(&cfg.ScaleRounds, "scale-rounds", cfg.ScaleRounds, "")
 	f.StringVar(&phases, "phases", strings.Join(cfg.Phases, ","), "")
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "")
 	f.StringVar(&cfg.Dir, "dir", "", "")
@@ -145,6 +201,8 @@ func (c *BenchCommand) Run(args []string) int {
 		"ops": cfg.Ops, "serial-ops": cfg.SerialOps, "writers": cfg.Writers, "rounds": cfg.Rounds,
 		"list-requests": cfg.ListRequests, "batch": cfg.ListBatch,
 		"claim-ops": cfg.ClaimOps, "claim-serial-ops": cfg.ClaimSerialOps, "refused-claims": cfg.RefusedClaims,
+		"release-volumes": cfg.ReleaseVolumes, "scale-volumes": cfg.ScaleVolumes, "scale-stuck": cfg.ScaleStuck,
+		"scale-ops": cfg.ScaleOps, "scale-claim-ops": cfg.ScaleClaimOps, "scale-rounds": cfg.ScaleRounds,
 	} {
 		if n < 1 {
 			return c.UsageError(c, "-%s must be at least 1 (got %d)", name, n)
@@ -155,6 +213,9 @@ func (c *BenchCommand) Run(args []string) int {
 		return c.UsageError(c, "-list-sizes: %v", err)
 	}
 	cfg.Phases = strings.Split(phases, ",")
+	if phases == "all" {
+		cfg.Phases = bench.AllPhases()
+	}
 	level := hclog.LevelFromString(logLevel)
 	if level == hclog.NoLevel {
 		return c.UsageError(c, "-log-level: unknown level %q", logLevel)
