@@ -127,6 +127,7 @@ func NewServer(cfg *Config) (*Server, error) {
 		Logger:    s.logger,
 		BaseDelay: cfg.ReleaseBaseDelay,
 		MaxDelay:  cfg.ReleaseMaxDelay,
+		Settle:    50 * time.Millisecond,
 		Hooks:     volumewatcher.Hooks{Attempt: metrics.ReleaseAttempt, Failure: metrics.ReleaseFailure},
 	})
 	metrics.SetQueueDepthFunc(s.volumeWatcher.QueueDepth)

@@ -9,10 +9,10 @@ package volumewatcher
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -60,7 +60,10 @@ type Config struct {
 	Workers int
 	// BaseDelay and MaxDelay bound the backoff of a failing step.
 	BaseDelay, MaxDelay time.Duration
-	Hooks               Hooks
+	// Settle is how long the watch waits after a change before rescanning,
+	// so bursts cost one rescan (real time, not the injected clock).
+	Settle time.Duration
+	Hooks  Hooks
 }
 
 // Watcher releases past claims. Run it on the leader only.
@@ -173,6 +176,15 @@ func (w *Watcher) watch(ctx context.Context, q *queue) {
 		if err := ws.WatchCtx(ctx); err != nil {
 			return
 		}
+		// Let a burst of writes (a thousand claims released at once, or
+		// their failure checkpoints) settle into one rescan.
+		if w.cfg.Settle > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(w.cfg.Settle):
+			}
+		}
 	}
 }
 
@@ -204,7 +216,10 @@ func splitKey(k string) (string, string) {
 func signature(v *structs.CSIVolume) string {
 	var b strings.Builder
 	for _, id := range slices.Sorted(maps.Keys(v.PastClaims)) {
-		fmt.Fprintf(&b, "%s=%d;", id, v.PastClaims[id].State)
+		b.WriteString(id)
+		b.WriteByte('=')
+		b.WriteString(strconv.Itoa(int(v.PastClaims[id].State)))
+		b.WriteByte(';')
 	}
 	return b.String()
 }
