@@ -86,7 +86,16 @@ func (e *allocEnv) createVolume(srv *server.Server, id string) string {
 	vol.ID, vol.Name, vol.ExternalID, vol.Parameters = id, id, "", nil
 	vol.MountOptions = &structs.CSIMountOptions{FSType: "ext4"}
 	var resp structs.CSIVolumeCreateResponse
-	must.NoError(e.t, srv.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{vol}}, &resp))
+	// A client's plugin can be healthy a moment before the servers can
+	// call it back: retryable errors are retried.
+	testutil.WaitForResult(e.t, 10*time.Second, func() (bool, error) {
+		resp = structs.CSIVolumeCreateResponse{}
+		err := srv.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{vol}}, &resp)
+		if err != nil && structs.CodeOf(err) != structs.ErrCodeRetryable {
+			e.t.Fatalf("creating volume %s: %v", id, err)
+		}
+		return err == nil, err
+	})
 	must.Len(e.t, 1, resp.Volumes)
 	return resp.Volumes[0].ExternalID
 }

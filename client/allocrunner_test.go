@@ -111,12 +111,26 @@ func TestAllocRunner_MissingCommandFails(t *testing.T) {
 	job := writerJob("nocmd", 1, "nocmd", false, "")
 	job.TaskGroups[0].Tasks[0].Config = structs.TaskConfig{Command: "/no/such/command", Args: []string{"x"}}
 	registerJob(t, srv, job)
-	allocs := waitAllocs(t, srv, "nocmd", 1, clientStatus(structs.AllocClientStatusFailed))
-	a := allocs["nocmd.g[0]"]
-	must.Eq(t, `task t: exec: "/no/such/command": stat /no/such/command: no such file or directory`, a.ClientDescription)
-	// Stop the job so that the servers do not place replacements that
-	// would wait for the failed allocation's claim.
+	// The servers replace a failed allocation of a service job: wait for
+	// the first one to fail, then stop the job.
+	var failed *structs.Allocation
+	testutil.WaitForResult(t, 30*time.Second, func() (bool, error) {
+		allocs, err := srv.State().AllocsByJob(nil, structs.DefaultNamespace, "nocmd")
+		if err != nil {
+			return false, err
+		}
+		for _, a := range allocs {
+			if a.ClientStatus == structs.AllocClientStatusFailed {
+				failed = a
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("no failed allocation among %d", len(allocs))
+	})
 	must.NoError(t, srv.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "nocmd"}, &structs.JobDeregisterResponse{}))
+	must.Eq(t, `task t: exec: "/no/such/command": stat /no/such/command: no such file or directory`, failed.ClientDescription)
+	must.Eq(t, structs.AllocVolumeStepPublished, failed.VolumeStates["data"].Step,
+		must.Sprint("the volume was published before the task was tried"))
 }
 
 // The development plugin's state dir is shared: a helper to count calls of
@@ -196,15 +210,16 @@ func TestAllocRunner_ClaimWaitsForEarlierClaim(t *testing.T) {
 	must.Eq(t, "w.g[0]", readHello(t, e.stateDir, ext))
 }
 
-// In a group of several tasks, one that fails stops the others (SIGTERM)
-// and fails the allocation with its reason; the others count as stopped,
-// not failed.
+// In a group of several tasks, one that fails stops the others (SIGTERM,
+// then SIGKILL after the kill timeout for one that ignores SIGTERM) and
+// fails the allocation with its reason; the others count as stopped, not
+// failed.
 func TestAllocRunner_FailedTaskStopsTheOthers(t *testing.T) {
 	t.Parallel()
 	servers := testCluster(t, 1)
 	srv := servers[0]
 	e := newAllocEnv(t, servers, 1)
-	c := e.startClient(0, nil)
+	c := e.startClient(0, func(cfg *Config) { cfg.TaskKillTimeout = 500 * time.Millisecond })
 	e.waitNodesHealthy(srv, 1)
 
 	job := &structs.Job{
@@ -214,6 +229,8 @@ func TestAllocRunner_FailedTaskStopsTheOthers(t *testing.T) {
 				Args: []string{"-c", `echo started; while [ ! -e "$VOLPLANE_ALLOC_DIR/go" ]; do sleep 0.05; done; exec sleep 3600`}}},
 			{Name: "short", Driver: "exec", Config: structs.TaskConfig{Command: "sh",
 				Args: []string{"-c", `while [ ! -e "$VOLPLANE_ALLOC_DIR/go" ]; do sleep 0.05; done; echo oops >&2; exit 3`}}},
+			{Name: "stubborn", Driver: "exec", Config: structs.TaskConfig{Command: "/bin/sh",
+				Args: []string{"-c", `trap "" TERM; while true; do sleep 0.05; done`}}},
 		}}},
 	}
 	registerJob(t, srv, job)
@@ -225,6 +242,7 @@ func TestAllocRunner_FailedTaskStopsTheOthers(t *testing.T) {
 	st, _ := c.AllocState(a.ID)
 	must.Eq(t, TaskState{PID: st.Tasks["long"].PID, State: taskDead, Description: "task long: stopped (SIGTERM)"}, st.Tasks["long"])
 	must.True(t, st.Tasks["short"].Failed)
+	must.Eq(t, TaskState{PID: st.Tasks["stubborn"].PID, State: taskDead, Description: "task stubborn: killed"}, st.Tasks["stubborn"])
 	out, err := os.ReadFile(filepath.Join(c.allocDir(a.ID), "logs", "short.stderr"))
 	must.NoError(t, err)
 	must.Eq(t, "oops\n", string(out))

@@ -1,0 +1,60 @@
+package client
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+)
+
+func TestVolumeEnvVar(t *testing.T) {
+	for alias, want := range map[string]string{
+		"data":       "VOLPLANE_VOLUME_DATA",
+		"my-vol.2":   "VOLPLANE_VOLUME_MY_VOL_2",
+		"Logs":       "VOLPLANE_VOLUME_LOGS",
+		"ünïcode x!": "VOLPLANE_VOLUME__N_CODE_X_",
+	} {
+		must.Eq(t, want, VolumeEnvVar(alias), must.Sprint(alias))
+	}
+}
+
+// The claim backoff starts at the minimum, doubles up to the maximum, and
+// is at most a fifth shorter (jitter), never longer.
+func TestAllocManager_Backoff(t *testing.T) {
+	m := &allocManager{c: &Client{config: &Config{ClaimBackoffMin: time.Second, ClaimBackoffMax: 30 * time.Second}}}
+	for attempt, want := range map[int]time.Duration{
+		1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 5: 16 * time.Second,
+		6: 30 * time.Second, 40: 30 * time.Second, 1000: 30 * time.Second,
+	} {
+		for range 20 {
+			got := m.backoff(attempt)
+			must.LessEq(t, want, got, must.Sprintf("attempt %d", attempt))
+			must.GreaterEq(t, want-want/5, got, must.Sprintf("attempt %d", attempt))
+		}
+	}
+}
+
+// judgeExit tells a task's own failure from its stop by the client.
+func TestJudgeExit(t *testing.T) {
+	for _, tc := range []struct {
+		stopping bool
+		exit     *taskExit
+		failed   bool
+		want     string
+	}{
+		{exit: &taskExit{}, want: "task t: exit code 0"},
+		{exit: &taskExit{ExitCode: 2}, failed: true, want: "task t: exit code 2"},
+		{exit: &taskExit{ExitCode: -1, Signal: "SIGSEGV"}, failed: true, want: "task t: killed by SIGSEGV"},
+		{exit: &taskExit{ExitCode: -1, StartError: "exec: boom"}, failed: true, want: "task t: exec: boom"},
+		{failed: true, want: "task t: ended without an exit status (its supervisor was killed)"},
+		{stopping: true, exit: &taskExit{ExitCode: -1, Signal: "SIGTERM"}, want: "task t: stopped (SIGTERM)"},
+		{stopping: true, exit: &taskExit{ExitCode: 143}, want: "task t: stopped (exit code 143)"},
+		{stopping: true, want: "task t: killed"},
+	} {
+		tr := &taskRecord{Name: "t", State: taskRunning, Stopping: tc.stopping}
+		judgeExit(tr, tc.exit)
+		must.Eq(t, taskDead, tr.State)
+		must.Eq(t, tc.failed, tr.Failed, must.Sprint(tc.want))
+		must.Eq(t, tc.want, tr.Description)
+	}
+}
