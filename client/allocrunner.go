@@ -155,8 +155,14 @@ func (m *allocManager) reconcile(ctx context.Context, reply *structs.NodeClientA
 		}
 		listed[a.ID] = true
 		if r := m.runners[a.ID]; r != nil {
-			if a.ServerTerminal() {
+			switch {
+			case a.ServerTerminal():
 				r.stop(stopDescription(a))
+			case a.ClientStatus == structs.AllocClientStatusLost:
+				// The node was down long enough for the servers to give
+				// its allocations up and release their claims: the tasks
+				// must not go on using volumes detached from the node.
+				r.stop("the servers marked the allocation lost (" + a.ClientDescription + ")")
 			}
 			continue
 		}

@@ -307,3 +307,34 @@ func TestAllocRunner_DamagedStateFile(t *testing.T) {
 	finishTask(t, c, a.ID)
 	waitAlloc(t, srv, a.ID, clientStatus(structs.AllocClientStatusComplete))
 }
+
+// A client that was away long enough for its node to go down finds its
+// allocations marked lost when it is back (their claims released through
+// the controller): it stops their tasks rather than let them use volumes
+// the servers gave up on.
+func TestAllocRunner_LostAllocationStopped(t *testing.T) {
+	t.Parallel()
+	servers := testCluster(t, 1)
+	srv := servers[0]
+	e := newAllocEnv(t, servers, 1)
+	c := e.startClient(0, nil)
+	e.waitNodesHealthy(srv, 1)
+	e.createVolume(srv, "lost")
+	registerJob(t, srv, writerJob("lost", 1, "lost", false, taskScript))
+	a := waitAllocs(t, srv, "lost", 1, clientStatus(structs.AllocClientStatusRunning))["lost.g[0]"]
+	st, _ := c.AllocState(a.ID)
+	shim := st.Tasks["t"]
+
+	must.NoError(t, c.Shutdown())
+	waitAlloc(t, srv, a.ID, clientStatus(structs.AllocClientStatusLost))
+	c = e.startClient(0, nil)
+	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
+		st, _ := c.AllocState(a.ID)
+		return st.ClientStatus == structs.AllocClientStatusComplete && st.Tasks["t"].State == taskDead,
+			fmt.Errorf("allocation is %+v", st)
+	})
+	st, _ = c.AllocState(a.ID)
+	must.StrContains(t, st.ClientDescription, "the servers marked the allocation lost")
+	must.Eq(t, "task t: stopped (SIGTERM)", st.Tasks["t"].Description)
+	must.False(t, pidExists(shim.PID) && !isZombie(shim.PID), must.Sprint("the task's supervisor is gone"))
+}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"testing"
-	"time"
 
 	"github.com/shoenig/test/must"
 )
@@ -15,22 +14,6 @@ func TestVolumeEnvVar(t *testing.T) {
 		"ünïcode x!": "VOLPLANE_VOLUME__N_CODE_X_",
 	} {
 		must.Eq(t, want, VolumeEnvVar(alias), must.Sprint(alias))
-	}
-}
-
-// The claim backoff starts at the minimum, doubles up to the maximum, and
-// is at most a fifth shorter (jitter), never longer.
-func TestAllocManager_Backoff(t *testing.T) {
-	m := &allocManager{c: &Client{config: &Config{ClaimBackoffMin: time.Second, ClaimBackoffMax: 30 * time.Second}}}
-	for attempt, want := range map[int]time.Duration{
-		1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 5: 16 * time.Second,
-		6: 30 * time.Second, 40: 30 * time.Second, 1000: 30 * time.Second,
-	} {
-		for range 20 {
-			got := m.backoff(attempt)
-			must.LessEq(t, want, got, must.Sprintf("attempt %d", attempt))
-			must.GreaterEq(t, want-want/5, got, must.Sprintf("attempt %d", attempt))
-		}
 	}
 }
 
