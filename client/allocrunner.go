@@ -148,6 +148,10 @@ func (m *allocManager) watch(ctx context.Context) {
 func (m *allocManager) reconcile(ctx context.Context, reply *structs.NodeClientAllocsResponse) {
 	listed := map[string]bool{}
 	var start []*allocRunner
+	// Stops are applied once the lock is released: each writes the state
+	// file.
+	stops := map[*allocRunner]string{}
+	var gone []*allocRunner
 	m.mu.Lock()
 	for _, a := range reply.Allocs {
 		if a == nil || a.NodeID != m.c.id.NodeID {
@@ -157,12 +161,12 @@ func (m *allocManager) reconcile(ctx context.Context, reply *structs.NodeClientA
 		if r := m.runners[a.ID]; r != nil {
 			switch {
 			case a.ServerTerminal():
-				r.stop(stopDescription(a))
+				stops[r] = stopDescription(a)
 			case a.ClientStatus == structs.AllocClientStatusLost:
 				// The node was down long enough for the servers to give
 				// its allocations up and release their claims: the tasks
 				// must not go on using volumes detached from the node.
-				r.stop("the servers marked the allocation lost (" + a.ClientDescription + ")")
+				stops[r] = "the servers marked the allocation lost (" + a.ClientDescription + ")"
 			}
 			continue
 		}
@@ -204,10 +208,16 @@ func (m *allocManager) reconcile(ctx context.Context, reply *structs.NodeClientA
 		// An answer older than the allocation (a server that lags, since
 		// the query reads stale) says nothing about it.
 		if !listed[id] && reply.Index >= r.createIndex() {
-			r.forgotten()
+			gone = append(gone, r)
 		}
 	}
 	m.mu.Unlock()
+	for r, why := range stops {
+		r.stop(why)
+	}
+	for _, r := range gone {
+		r.forgotten()
+	}
 	m.collect()
 	if m.reconciled.Add(1) == 1 {
 		m.logger.Info(firstAllocsMessage, "allocs", len(listed), "new", len(start))

@@ -179,6 +179,9 @@ func (r *allocRunner) startTasks() {
 		}
 	}
 	r.mu.Unlock()
+	// Once a task could not start, or the allocation is stopping, the
+	// tasks not started yet are not: they would only be killed.
+	abandon := ""
 	for _, task := range r.rec.Group.Tasks {
 		paths := newTaskPaths(allocDir, task.Name)
 		t := r.task(task.Name)
@@ -205,6 +208,15 @@ func (r *allocRunner) startTasks() {
 			r.logger.Info("task ended before the agent could record it", "task", t.Name, "outcome", t.Description)
 			continue
 		}
+		if abandon == "" && r.stopped() {
+			abandon = "the allocation is stopping"
+		}
+		if abandon != "" {
+			r.updateTask(t.Name, func(t *taskRecord) {
+				t.State, t.Description = taskDead, fmt.Sprintf("task %s: not started: %s", task.Name, abandon)
+			})
+			continue
+		}
 		env := taskEnv(r.rec, task.Name, paths, allocDir, targets)
 		p, err := startTask(r.m.shimExe, task, paths, env)
 		if err != nil {
@@ -212,12 +224,15 @@ func (r *allocRunner) startTasks() {
 				t.State, t.Failed, t.Description = taskDead, true, fmt.Sprintf("task %s: %v", task.Name, err)
 			})
 			r.logger.Warn("task could not be started", "task", task.Name, "error", err)
+			abandon = fmt.Sprintf("task %s could not be started", task.Name)
 			continue
 		}
 		r.updateTask(t.Name, func(t *taskRecord) { t.State, t.Process, t.StartedAt = taskRunning, p, structs.NowNano() })
 		r.logger.Info("task started", "task", task.Name, "pid", p.PID, "command", task.Config.Command)
 	}
-	r.setStatus(structs.AllocClientStatusRunning, "tasks are running")
+	if abandon == "" {
+		r.setStatus(structs.AllocClientStatusRunning, "tasks are running")
+	}
 }
 
 // task returns a copy of the record of a task, pending when there is none
