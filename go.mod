@@ -20,6 +20,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/shoenig/test v1.13.2
 	github.com/zclconf/go-cty v1.19.0
+	go.etcd.io/bbolt v1.3.5
 	go.uber.org/mock v0.6.0
 	golang.org/x/sys v0.49.0
 	google.golang.org/grpc v1.85.0
@@ -72,7 +73,6 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/shopspring/decimal v1.2.0 // indirect
 	github.com/spf13/cast v1.3.1 // indirect
-	go.etcd.io/bbolt v1.3.5 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/mod v0.41.0 // indirect

@@ -476,6 +476,18 @@ func (p *ConnPool) reap() {
 	}
 }
 
+// ActiveCalls is the number of calls (and served streams) in flight on the
+// pool's sessions.
+func (p *ConnPool) ActiveCalls() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.conns {
+		n += c.active
+	}
+	return n
+}
+
 // Close closes every session (failing the calls in flight on them) and
 // waits for the pool's goroutines: the reaper, the stream acceptors and the
 // AcceptStreams handlers, which must return once their stream is closed.

@@ -4,8 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
@@ -209,4 +211,38 @@ func TestServer_SingleBootstrapExpectOne(t *testing.T) {
 	var peers []string
 	must.NoError(t, s.RPC("Status.Peers", &structs.GenericRequest{}, &peers))
 	must.Eq(t, []string{s.RPCAddr()}, peers)
+}
+
+// A follower forwarding a blocking query to the leader does not hold up its
+// own shutdown.
+func TestServer_ShutdownDoesNotWaitForForwardedBlockingQuery(t *testing.T) {
+	servers := TestCluster(t, 3, nil)
+	leader := WaitForLeader(t, servers...)
+	f := followers(servers, leader)[0]
+	var list structs.CSIVolumeListResponse
+	must.NoError(t, f.RPC("CSIVolume.List", &structs.CSIVolumeListRequest{}, &list))
+
+	// Over the network, as a client's query arrives: the follower's
+	// handler waits on its forward to the leader.
+	client := rpc.NewPool(rpc.PoolConfig{Logger: hclog.NewNullLogger()})
+	t.Cleanup(func() { client.Close() })
+	go func() {
+		req := &structs.CSIVolumeListRequest{}
+		req.MinQueryIndex, req.MaxQueryTime = list.Index, 5*time.Minute
+		_ = client.RPC(f.RPCAddr(), "CSIVolume.List", req, &structs.CSIVolumeListResponse{})
+	}()
+	// Shut down once the query is parked on the leader.
+	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
+		return f.pool.ActiveCalls() > 0, nil
+	})
+	done := make(chan struct{})
+	go func() {
+		f.Shutdown()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("shutdown waited for the forwarded blocking query")
+	}
 }

@@ -280,6 +280,14 @@ func (s *Server) Shutdown() error {
 		if s.raftLayer != nil {
 			s.raftLayer.Close()
 		}
+		// The pools first: an endpoint forwarding a blocking query to
+		// another server is waiting on them, and the mux waits for it.
+		if s.pool != nil {
+			s.pool.Close()
+		}
+		if s.clientFwdPool != nil {
+			s.clientFwdPool.Close()
+		}
 		if s.mux != nil {
 			s.mux.Close()
 		}
@@ -287,12 +295,6 @@ func (s *Server) Shutdown() error {
 		// failed before serving.
 		if s.rpcListener != nil {
 			s.rpcListener.Close()
-		}
-		if s.pool != nil {
-			s.pool.Close()
-		}
-		if s.clientFwdPool != nil {
-			s.clientFwdPool.Close()
 		}
 		s.wg.Wait()
 		if err := s.raftStore.Close(); err != nil {
