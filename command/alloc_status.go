@@ -43,21 +43,24 @@ Status Options:
 }
 
 func (c *AllocStatusCommand) Run(args []string) int {
-	var asJSON, verbose bool
-	f := c.FlagSet("alloc status", FlagSetClient|FlagSetNamespace)
-	f.BoolVar(&asJSON, "json", false, "")
-	f.BoolVar(&verbose, "verbose", false, "")
-	if ok, code := c.Parse(c, f, args); !ok {
-		return code
-	}
-	if f.NArg() != 1 {
-		return c.UsageError(c, "This command takes one argument: <id>")
-	}
-	client, err := c.Client()
-	if err != nil {
-		return c.Fail("creating client", err)
-	}
-	alloc, err := lookup("allocations", f.Arg(0),
+	// No list: the command needs an ID.
+	return runStatus(&c.Meta, c, statusCommand[*structs.Allocation, any]{
+		name: "alloc status", flags: FlagSetClient | FlagSetNamespace, noun: "allocation",
+		find: c.lookupAlloc,
+		detail: func(client *api.Client, alloc *structs.Allocation, verbose bool) int {
+			out := formatAlloc(alloc, verbose) + "\n\nVolumes\n" + c.allocVolumes(client, alloc, verbose)
+			if waits := volumeWaits(alloc); waits != "" {
+				out += "\n\nWaiting\n" + waits
+			}
+			c.Ui.Output(out)
+			return 0
+		},
+	}, args)
+}
+
+// lookupAlloc finds an allocation by ID or unique ID prefix, in -namespace.
+func (c *AllocStatusCommand) lookupAlloc(client *api.Client, id string) (*structs.Allocation, error) {
+	return lookup("allocations", id,
 		func(id string) (*structs.Allocation, error) {
 			a, _, err := client.Allocations().Info(id, c.QueryOptions())
 			return a, err
@@ -74,18 +77,6 @@ func (c *AllocStatusCommand) Run(args []string) int {
 			}
 			return ids, err
 		})
-	if err != nil {
-		return c.Fail("querying allocation", err)
-	}
-	if asJSON {
-		return c.OutputJSON(alloc)
-	}
-	out := formatAlloc(alloc, verbose) + "\n\nVolumes\n" + c.allocVolumes(client, alloc, verbose)
-	if waits := volumeWaits(alloc); waits != "" {
-		out += "\n\nWaiting\n" + waits
-	}
-	c.Ui.Output(out)
-	return 0
 }
 
 func formatAlloc(a *structs.Allocation, verbose bool) string {

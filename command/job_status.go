@@ -38,60 +38,30 @@ Status Options:
 }
 
 func (c *JobStatusCommand) Run(args []string) int {
-	var asJSON, verbose bool
-	f := c.FlagSet("job status", FlagSetClient|FlagSetNamespace)
-	f.BoolVar(&asJSON, "json", false, "")
-	f.BoolVar(&verbose, "verbose", false, "")
-	if ok, code := c.Parse(c, f, args); !ok {
-		return code
-	}
-	if f.NArg() > 1 {
-		return c.UsageError(c, "This command takes at most one argument: [id]")
-	}
-	client, err := c.Client()
-	if err != nil {
-		return c.Fail("creating client", err)
-	}
-	if f.NArg() == 0 {
-		return c.list(client, asJSON)
-	}
-
-	job, err := c.lookupJob(client, f.Arg(0))
-	if err != nil {
-		return c.Fail("querying job", err)
-	}
-	// The server redacts already; doing it again here means a mount flag
-	// cannot reach the terminal even from a server that forgot.
-	job = redactJob(job)
-	if asJSON {
-		return c.OutputJSON(job)
-	}
-	allocs, _, err := client.Jobs().Allocations(job.ID, &api.QueryOptions{Namespace: job.Namespace})
-	if err != nil {
-		return c.Fail("querying job allocations", err)
-	}
-	c.Ui.Output(formatJob(job, allocs, verbose))
-	return 0
-}
-
-func (c *JobStatusCommand) list(client *api.Client, asJSON bool) int {
-	stubs, _, err := client.Jobs().List(c.QueryOptions())
-	if err != nil {
-		return c.Fail("querying jobs", err)
-	}
-	if asJSON {
-		return c.OutputJSON(stubs)
-	}
-	if len(stubs) == 0 {
-		c.Ui.Output("No jobs")
-		return 0
-	}
-	rows := make([][]string, 0, len(stubs))
-	for _, j := range stubs {
-		rows = append(rows, []string{j.ID, j.Type, j.Status, ratio(j.Placed, j.Desired)})
-	}
-	c.Ui.Output(table([]string{"ID", "Type", "Status", "Placed/Desired"}, rows))
-	return 0
+	return runStatus(&c.Meta, c, statusCommand[*structs.Job, *structs.JobListStub]{
+		name: "job status", flags: FlagSetClient | FlagSetNamespace, noun: "job", nouns: "jobs",
+		list: func(client *api.Client) ([]*structs.JobListStub, error) {
+			stubs, _, err := client.Jobs().List(c.QueryOptions())
+			return stubs, err
+		},
+		none:   "No jobs",
+		header: []string{"ID", "Type", "Status", "Placed/Desired"},
+		row: func(j *structs.JobListStub, _ bool) []string {
+			return []string{j.ID, j.Type, j.Status, ratio(j.Placed, j.Desired)}
+		},
+		find: c.lookupJob,
+		// The server redacts already; doing it again here means a mount flag
+		// cannot reach the terminal even from a server that forgot.
+		clean: redactJob,
+		detail: func(client *api.Client, job *structs.Job, verbose bool) int {
+			allocs, _, err := client.Jobs().Allocations(job.ID, &api.QueryOptions{Namespace: job.Namespace})
+			if err != nil {
+				return c.Fail("querying job allocations", err)
+			}
+			c.Ui.Output(formatJob(job, allocs, verbose))
+			return 0
+		},
+	}, args)
 }
 
 func formatJob(j *structs.Job, allocs []*structs.Allocation, verbose bool) string {

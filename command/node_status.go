@@ -34,24 +34,30 @@ Status Options:
 }
 
 func (c *NodeStatusCommand) Run(args []string) int {
-	var asJSON, verbose bool
-	f := c.FlagSet("node status", FlagSetClient)
-	f.BoolVar(&asJSON, "json", false, "")
-	f.BoolVar(&verbose, "verbose", false, "")
-	if ok, code := c.Parse(c, f, args); !ok {
-		return code
-	}
-	if f.NArg() > 1 {
-		return c.UsageError(c, "This command takes at most one argument: [id]")
-	}
-	client, err := c.Client()
-	if err != nil {
-		return c.Fail("creating client", err)
-	}
-	if f.NArg() == 0 {
-		return c.list(client, asJSON, verbose)
-	}
-	node, err := lookup("nodes", f.Arg(0),
+	return runStatus(&c.Meta, c, statusCommand[*structs.Node, *structs.NodeListStub]{
+		name: "node status", flags: FlagSetClient, noun: "node", nouns: "nodes",
+		list: func(client *api.Client) ([]*structs.NodeListStub, error) {
+			stubs, _, err := client.Nodes().List(nil)
+			return stubs, err
+		},
+		none:   "No nodes",
+		header: []string{"ID", "Name", "Status", "Plugins", "Last Heartbeat"},
+		row: func(n *structs.NodeListStub, verbose bool) []string {
+			plugins := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(n.CSIControllerPlugins), n.CSINodePlugins...))))
+			return []string{shortID(n.ID, verbose), n.Name, n.Status, strings.Join(plugins, ","),
+				lastHeartbeat(n.LastHeartbeat, n.StatusUpdatedAt)}
+		},
+		find: lookupNode,
+		detail: func(_ *api.Client, n *structs.Node, verbose bool) int {
+			c.Ui.Output(formatNode(n, verbose))
+			return 0
+		},
+	}, args)
+}
+
+// lookupNode finds a node by ID or unique ID prefix.
+func lookupNode(client *api.Client, id string) (*structs.Node, error) {
+	return lookup("nodes", id,
 		func(id string) (*structs.Node, error) {
 			n, _, err := client.Nodes().Info(id, nil)
 			return n, err
@@ -64,36 +70,6 @@ func (c *NodeStatusCommand) Run(args []string) int {
 			}
 			return ids, err
 		})
-	if err != nil {
-		return c.Fail("querying node", err)
-	}
-	if asJSON {
-		return c.OutputJSON(node)
-	}
-	c.Ui.Output(formatNode(node, verbose))
-	return 0
-}
-
-func (c *NodeStatusCommand) list(client *api.Client, asJSON, verbose bool) int {
-	stubs, _, err := client.Nodes().List(nil)
-	if err != nil {
-		return c.Fail("querying nodes", err)
-	}
-	if asJSON {
-		return c.OutputJSON(stubs)
-	}
-	if len(stubs) == 0 {
-		c.Ui.Output("No nodes")
-		return 0
-	}
-	var rows [][]string
-	for _, n := range stubs {
-		plugins := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(n.CSIControllerPlugins), n.CSINodePlugins...))))
-		rows = append(rows, []string{shortID(n.ID, verbose), n.Name, n.Status, strings.Join(plugins, ","),
-			lastHeartbeat(n.LastHeartbeat, n.StatusUpdatedAt)})
-	}
-	c.Ui.Output(table([]string{"ID", "Name", "Status", "Plugins", "Last Heartbeat"}, rows))
-	return 0
 }
 
 func formatNode(n *structs.Node, verbose bool) string {

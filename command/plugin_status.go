@@ -36,24 +36,29 @@ Status Options:
 }
 
 func (c *PluginStatusCommand) Run(args []string) int {
-	var asJSON, verbose bool
-	f := c.FlagSet("plugin status", FlagSetClient)
-	f.BoolVar(&asJSON, "json", false, "")
-	f.BoolVar(&verbose, "verbose", false, "")
-	if ok, code := c.Parse(c, f, args); !ok {
-		return code
-	}
-	if f.NArg() > 1 {
-		return c.UsageError(c, "This command takes at most one argument: [id]")
-	}
-	client, err := c.Client()
-	if err != nil {
-		return c.Fail("creating client", err)
-	}
-	if f.NArg() == 0 {
-		return c.list(client, asJSON)
-	}
-	plugin, err := lookup("plugins", f.Arg(0),
+	return runStatus(&c.Meta, c, statusCommand[*structs.CSIPlugin, *structs.CSIPluginListStub]{
+		name: "plugin status", flags: FlagSetClient, noun: "plugin", nouns: "plugins",
+		list: func(client *api.Client) ([]*structs.CSIPluginListStub, error) {
+			stubs, _, err := client.Plugins().List(nil)
+			return stubs, err
+		},
+		none:   "No CSI plugins",
+		header: []string{"ID", "Provider", "Controllers Healthy/Expected", "Nodes Healthy/Expected"},
+		row: func(p *structs.CSIPluginListStub, _ bool) []string {
+			return []string{p.ID, p.Provider, ratio(p.ControllersHealthy, p.ControllersExpected),
+				ratio(p.NodesHealthy, p.NodesExpected)}
+		},
+		find: lookupPlugin,
+		detail: func(_ *api.Client, p *structs.CSIPlugin, verbose bool) int {
+			c.Ui.Output(formatPlugin(p, verbose))
+			return 0
+		},
+	}, args)
+}
+
+// lookupPlugin finds a plugin by ID or unique ID prefix.
+func lookupPlugin(client *api.Client, id string) (*structs.CSIPlugin, error) {
+	return lookup("plugins", id,
 		func(id string) (*structs.CSIPlugin, error) {
 			p, _, err := client.Plugins().Info(id, nil)
 			return p, err
@@ -66,35 +71,6 @@ func (c *PluginStatusCommand) Run(args []string) int {
 			}
 			return ids, err
 		})
-	if err != nil {
-		return c.Fail("querying plugin", err)
-	}
-	if asJSON {
-		return c.OutputJSON(plugin)
-	}
-	c.Ui.Output(formatPlugin(plugin, verbose))
-	return 0
-}
-
-func (c *PluginStatusCommand) list(client *api.Client, asJSON bool) int {
-	stubs, _, err := client.Plugins().List(nil)
-	if err != nil {
-		return c.Fail("querying plugins", err)
-	}
-	if asJSON {
-		return c.OutputJSON(stubs)
-	}
-	if len(stubs) == 0 {
-		c.Ui.Output("No CSI plugins")
-		return 0
-	}
-	var rows [][]string
-	for _, p := range stubs {
-		rows = append(rows, []string{p.ID, p.Provider, ratio(p.ControllersHealthy, p.ControllersExpected),
-			ratio(p.NodesHealthy, p.NodesExpected)})
-	}
-	c.Ui.Output(table([]string{"ID", "Provider", "Controllers Healthy/Expected", "Nodes Healthy/Expected"}, rows))
-	return 0
 }
 
 func formatPlugin(p *structs.CSIPlugin, verbose bool) string {

@@ -36,25 +36,31 @@ Status Options:
 }
 
 func (c *VolumeStatusCommand) Run(args []string) int {
-	var asJSON, verbose bool
-	f := c.FlagSet("volume status", FlagSetClient|FlagSetNamespace)
-	f.BoolVar(&asJSON, "json", false, "")
-	f.BoolVar(&verbose, "verbose", false, "")
-	if ok, code := c.Parse(c, f, args); !ok {
-		return code
-	}
-	if f.NArg() > 1 {
-		return c.UsageError(c, "This command takes at most one argument: [id]")
-	}
-	client, err := c.Client()
-	if err != nil {
-		return c.Fail("creating client", err)
-	}
-	if f.NArg() == 0 {
-		return c.list(client, asJSON)
-	}
+	return runStatus(&c.Meta, c, statusCommand[*structs.CSIVolume, *structs.CSIVolListStub]{
+		name: "volume status", flags: FlagSetClient | FlagSetNamespace, noun: "volume", nouns: "volumes",
+		list: func(client *api.Client) ([]*structs.CSIVolListStub, error) {
+			return listVolumes(client, c.QueryOptions())
+		},
+		none:   "No CSI volumes",
+		header: []string{"ID", "Name", "Plugin ID", "Schedulable", "Access Mode", "Readers", "Writers", "Past Claims"},
+		row: func(v *structs.CSIVolListStub, _ bool) []string {
+			return []string{v.ID, v.Name, v.PluginID, yesNo(v.Schedulable), string(v.AccessMode),
+				strconv.Itoa(v.CurrentReaders), strconv.Itoa(v.CurrentWriters), strconv.Itoa(v.PastClaims)}
+		},
+		find: c.lookupVolume,
+		// The server sanitizes already; doing it again here means a secret
+		// cannot reach the terminal even from a server that forgot.
+		clean: (*structs.CSIVolume).Sanitize,
+		detail: func(_ *api.Client, v *structs.CSIVolume, verbose bool) int {
+			c.Ui.Output(formatVolume(v, verbose))
+			return 0
+		},
+	}, args)
+}
 
-	vol, err := lookup("volumes", f.Arg(0),
+// lookupVolume finds a volume by ID or unique ID prefix, in -namespace.
+func (c *VolumeStatusCommand) lookupVolume(client *api.Client, id string) (*structs.CSIVolume, error) {
+	return lookup("volumes", id,
 		func(id string) (*structs.CSIVolume, error) {
 			v, _, err := client.Volumes().Info(id, c.QueryOptions())
 			return v, err
@@ -69,38 +75,6 @@ func (c *VolumeStatusCommand) Run(args []string) int {
 			}
 			return ids, err
 		})
-	if err != nil {
-		return c.Fail("querying volume", err)
-	}
-	// The server sanitizes already; doing it again here means a secret
-	// cannot reach the terminal even from a server that forgot.
-	vol = vol.Sanitize()
-	if asJSON {
-		return c.OutputJSON(vol)
-	}
-	c.Ui.Output(formatVolume(vol, verbose))
-	return 0
-}
-
-func (c *VolumeStatusCommand) list(client *api.Client, asJSON bool) int {
-	stubs, err := listVolumes(client, c.QueryOptions())
-	if err != nil {
-		return c.Fail("querying volumes", err)
-	}
-	if asJSON {
-		return c.OutputJSON(stubs)
-	}
-	if len(stubs) == 0 {
-		c.Ui.Output("No CSI volumes")
-		return 0
-	}
-	rows := make([][]string, 0, len(stubs))
-	for _, v := range stubs {
-		rows = append(rows, []string{v.ID, v.Name, v.PluginID, yesNo(v.Schedulable), string(v.AccessMode),
-			strconv.Itoa(v.CurrentReaders), strconv.Itoa(v.CurrentWriters), strconv.Itoa(v.PastClaims)})
-	}
-	c.Ui.Output(table([]string{"ID", "Name", "Plugin ID", "Schedulable", "Access Mode", "Readers", "Writers", "Past Claims"}, rows))
-	return 0
 }
 
 // listVolumes reads every page of the volume list.

@@ -1,0 +1,93 @@
+package command
+
+import (
+	"github.com/hashicorp/cli"
+
+	"github.com/volplane/volplane/api"
+)
+
+// statusCommand is what one "<noun> status" command knows of its objects
+// (of type T, listed as stubs of type S). runStatus does the rest, so that
+// every status command takes the same flags and arguments and fails the
+// same way.
+type statusCommand[T, S any] struct {
+	name  string       // the flag set's name: "node status"
+	flags FlagSetFlags // the shared flags the command takes
+	noun  string       // one object, in "Error querying <noun>: ..."
+	nouns string       // the list, in "Error querying <nouns>: ..."
+
+	// list reads the stubs of every object; nil when the command needs an ID.
+	list func(client *api.Client) ([]S, error)
+	// none is printed instead of an empty table.
+	none   string
+	header []string
+	row    func(stub S, verbose bool) []string
+
+	// find returns the object an ID, or a unique prefix of one, names (see
+	// lookup).
+	find func(client *api.Client, id string) (T, error)
+	// clean, when set, removes from the object found what must never reach
+	// the terminal; -json output goes through it too.
+	clean func(T) T
+	// detail prints the object found, without -json, and returns the exit
+	// code.
+	detail func(client *api.Client, v T, verbose bool) int
+}
+
+// runStatus runs a status command: without an argument it lists the
+// objects, with one it shows the object the argument names, both as JSON
+// with -json.
+func runStatus[T, S any](m *Meta, c cli.Command, s statusCommand[T, S], args []string) int {
+	var asJSON, verbose bool
+	f := m.FlagSet(s.name, s.flags)
+	f.BoolVar(&asJSON, "json", false, "")
+	f.BoolVar(&verbose, "verbose", false, "")
+	if ok, code := m.Parse(c, f, args); !ok {
+		return code
+	}
+	switch {
+	case s.list == nil && f.NArg() != 1:
+		return m.UsageError(c, "This command takes one argument: <id>")
+	case f.NArg() > 1:
+		return m.UsageError(c, "This command takes at most one argument: [id]")
+	}
+	client, err := m.Client()
+	if err != nil {
+		return m.Fail("creating client", err)
+	}
+	if f.NArg() == 0 {
+		return s.printList(m, client, asJSON, verbose)
+	}
+	v, err := s.find(client, f.Arg(0))
+	if err != nil {
+		return m.Fail("querying "+s.noun, err)
+	}
+	if s.clean != nil {
+		v = s.clean(v)
+	}
+	if asJSON {
+		return m.OutputJSON(v)
+	}
+	return s.detail(client, v, verbose)
+}
+
+// printList prints every object's stub, as a table or as JSON.
+func (s statusCommand[T, S]) printList(m *Meta, client *api.Client, asJSON, verbose bool) int {
+	stubs, err := s.list(client)
+	if err != nil {
+		return m.Fail("querying "+s.nouns, err)
+	}
+	if asJSON {
+		return m.OutputJSON(stubs)
+	}
+	if len(stubs) == 0 {
+		m.Ui.Output(s.none)
+		return 0
+	}
+	rows := make([][]string, 0, len(stubs))
+	for _, stub := range stubs {
+		rows = append(rows, s.row(stub, verbose))
+	}
+	m.Ui.Output(table(s.header, rows))
+	return 0
+}
