@@ -39,14 +39,10 @@ func (e *ClientCSI) ControllerAttachVolume(args *structs.ClientCSIControllerAtta
 	required(&m, "VolumeID", args.VolumeID)
 	required(&m, "ClientCSINodeID", args.ClientCSINodeID)
 	validModes(&m, args.AccessMode, args.AttachmentMode)
-	if err := e.check(name, &m, args.ClientCSITarget); err != nil {
-		return err
-	}
-	plugin, err := e.c.plugins.controller(args.PluginID)
+	plugin, ctx, cancel, err := e.controllerCall(name, &m, args.ClientCSITarget, args.PluginID)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := e.callContext()
 	defer cancel()
 	pc, err := plugin.ControllerPublishVolume(ctx, &csi.ControllerPublishRequest{
 		ExternalID:    args.VolumeID,
@@ -72,14 +68,10 @@ func (e *ClientCSI) ControllerDetachVolume(args *structs.ClientCSIControllerDeta
 	required(&m, "PluginID", args.PluginID)
 	required(&m, "VolumeID", args.VolumeID)
 	required(&m, "ClientCSINodeID", args.ClientCSINodeID)
-	if err := e.check(name, &m, args.ClientCSITarget); err != nil {
-		return err
-	}
-	plugin, err := e.c.plugins.controller(args.PluginID)
+	plugin, ctx, cancel, err := e.controllerCall(name, &m, args.ClientCSITarget, args.PluginID)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := e.callContext()
 	defer cancel()
 	err = plugin.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishRequest{
 		ExternalID: args.VolumeID,
@@ -97,14 +89,10 @@ func (e *ClientCSI) ControllerValidateVolume(args *structs.ClientCSIControllerVa
 	required(&m, "PluginID", args.PluginID)
 	required(&m, "VolumeID", args.VolumeID)
 	caps := capabilities(&m, args.Capabilities, args.MountOptions)
-	if err := e.check(name, &m, args.ClientCSITarget); err != nil {
-		return err
-	}
-	plugin, err := e.c.plugins.controller(args.PluginID)
+	plugin, ctx, cancel, err := e.controllerCall(name, &m, args.ClientCSITarget, args.PluginID)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := e.callContext()
 	defer cancel()
 	err = plugin.ControllerValidateVolume(ctx, &csi.ControllerValidateVolumeRequest{
 		ExternalID:    args.VolumeID,
@@ -123,14 +111,10 @@ func (e *ClientCSI) ControllerCreateVolume(args *structs.ClientCSIControllerCrea
 	required(&m, "PluginID", args.PluginID)
 	required(&m, "Name", args.Name)
 	caps := capabilities(&m, args.Capabilities, args.MountOptions)
-	if err := e.check(name, &m, args.ClientCSITarget); err != nil {
-		return err
-	}
-	plugin, err := e.c.plugins.controller(args.PluginID)
+	plugin, ctx, cancel, err := e.controllerCall(name, &m, args.ClientCSITarget, args.PluginID)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := e.callContext()
 	defer cancel()
 	resp, err := plugin.CreateVolume(ctx, &csi.CreateVolumeRequest{
 		Name:         args.Name,
@@ -160,14 +144,10 @@ func (e *ClientCSI) ControllerDeleteVolume(args *structs.ClientCSIControllerDele
 	var m structs.MultiError
 	required(&m, "PluginID", args.PluginID)
 	required(&m, "VolumeID", args.VolumeID)
-	if err := e.check(name, &m, args.ClientCSITarget); err != nil {
-		return err
-	}
-	plugin, err := e.c.plugins.controller(args.PluginID)
+	plugin, ctx, cancel, err := e.controllerCall(name, &m, args.ClientCSITarget, args.PluginID)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := e.callContext()
 	defer cancel()
 	err = plugin.DeleteVolume(ctx, args.VolumeID, args.Secrets)
 	return e.fail(csi.MethodDeleteVolume, args.PluginID, args.VolumeID, err)
@@ -244,6 +224,21 @@ func (e *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequ
 	e.c.allocs.volumeDetached(args.AllocID, args.VolumeID)
 	e.c.logger.Debug("volume detached from node", "volume_id", args.VolumeID, "alloc_id", args.AllocID)
 	return nil
+}
+
+// controllerCall checks a controller request (m holds its field problems)
+// and returns the controller plugin to call and the context of the call;
+// the caller defers cancel.
+func (e *ClientCSI) controllerCall(name string, m *structs.MultiError, target structs.ClientCSITarget, pluginID string) (*csi.Client, context.Context, context.CancelFunc, error) {
+	if err := e.check(name, m, target); err != nil {
+		return nil, nil, nil, err
+	}
+	plugin, err := e.c.plugins.controller(pluginID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := e.callContext()
+	return plugin, ctx, cancel, nil
 }
 
 // check returns the request's validation problems as one invalid error, or
