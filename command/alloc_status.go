@@ -65,17 +65,17 @@ func (c *AllocStatusCommand) lookupAlloc(client *api.Client, id string) (*struct
 			a, _, err := client.Allocations().Info(id, c.QueryOptions())
 			return a, err
 		},
-		func(prefix string) ([]string, error) {
+		func(prefix string) ([]*structs.Allocation, error) {
 			q := c.QueryOptions()
 			q.Prefix = prefix
 			allocs, _, err := client.Allocations().List(q)
-			ids := make([]string, 0, len(allocs))
-			for _, a := range allocs {
-				if a != nil {
-					ids = append(ids, a.ID)
-				}
+			return allocs, err
+		},
+		func(a *structs.Allocation) string {
+			if a == nil {
+				return "" // a null entry is never a match
 			}
-			return ids, err
+			return a.ID
 		})
 }
 

@@ -205,14 +205,11 @@ func (m *Meta) lookupJob(client *api.Client, id string) (*structs.Job, error) {
 			j, _, err := client.Jobs().Info(id, m.QueryOptions())
 			return j, err
 		},
-		func(prefix string) ([]string, error) {
+		func(prefix string) ([]*structs.JobListStub, error) {
 			q := m.QueryOptions()
 			q.Prefix = prefix
 			stubs, _, err := client.Jobs().List(q)
-			ids := make([]string, len(stubs))
-			for i, s := range stubs {
-				ids[i] = s.ID
-			}
-			return ids, err
-		})
+			return stubs, err
+		},
+		func(s *structs.JobListStub) string { return s.ID })
 }

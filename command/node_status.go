@@ -62,14 +62,11 @@ func lookupNode(client *api.Client, id string) (*structs.Node, error) {
 			n, _, err := client.Nodes().Info(id, nil)
 			return n, err
 		},
-		func(prefix string) ([]string, error) {
+		func(prefix string) ([]*structs.NodeListStub, error) {
 			stubs, _, err := client.Nodes().List(&api.QueryOptions{Prefix: prefix})
-			ids := make([]string, len(stubs))
-			for i, s := range stubs {
-				ids[i] = s.ID
-			}
-			return ids, err
-		})
+			return stubs, err
+		},
+		func(s *structs.NodeListStub) string { return s.ID })
 }
 
 func formatNode(n *structs.Node, verbose bool) string {

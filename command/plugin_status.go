@@ -63,14 +63,11 @@ func lookupPlugin(client *api.Client, id string) (*structs.CSIPlugin, error) {
 			p, _, err := client.Plugins().Info(id, nil)
 			return p, err
 		},
-		func(prefix string) ([]string, error) {
+		func(prefix string) ([]*structs.CSIPluginListStub, error) {
 			stubs, _, err := client.Plugins().List(&api.QueryOptions{Prefix: prefix})
-			ids := make([]string, len(stubs))
-			for i, s := range stubs {
-				ids[i] = s.ID
-			}
-			return ids, err
-		})
+			return stubs, err
+		},
+		func(s *structs.CSIPluginListStub) string { return s.ID })
 }
 
 func formatPlugin(p *structs.CSIPlugin, verbose bool) string {

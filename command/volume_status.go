@@ -65,16 +65,12 @@ func (c *VolumeStatusCommand) lookupVolume(client *api.Client, id string) (*stru
 			v, _, err := client.Volumes().Info(id, c.QueryOptions())
 			return v, err
 		},
-		func(prefix string) ([]string, error) {
+		func(prefix string) ([]*structs.CSIVolListStub, error) {
 			q := c.QueryOptions()
 			q.Prefix = prefix
-			stubs, err := listVolumes(client, q)
-			ids := make([]string, len(stubs))
-			for i, s := range stubs {
-				ids[i] = s.ID
-			}
-			return ids, err
-		})
+			return listVolumes(client, q)
+		},
+		func(s *structs.CSIVolListStub) string { return s.ID })
 }
 
 // listVolumes reads every page of the volume list.
