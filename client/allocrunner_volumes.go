@@ -275,10 +275,7 @@ func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.Vo
 	if opts == nil {
 		opts = vol.MountOptions
 	}
-	capability := &csi.VolumeCapability{AccessMode: v.AccessMode, AttachmentMode: v.AttachmentMode}
-	if v.AttachmentMode == structs.CSIVolumeAttachmentModeFilesystem {
-		capability.MountOptions = opts
-	}
+	volCap := capability(v.AccessMode, v.AttachmentMode, opts)
 
 	if staging != "" && stepRank(v.State.Step) < stepRank(structs.AllocVolumeStepStaged) {
 		// The CO creates the staging directory; the plugin stages in it.
@@ -286,7 +283,7 @@ func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.Vo
 			return structs.NewError(structs.ErrCodeInternal, "creating the staging path: %v", err)
 		}
 		err := plugin.NodeStageVolume(callCtx, &csi.NodeStageRequest{
-			ExternalID: v.ExternalID, StagingPath: staging, Capability: capability,
+			ExternalID: v.ExternalID, StagingPath: staging, Capability: volCap,
 			PublishContext: v.PublishContext, VolumeContext: vol.Context, Secrets: vol.Secrets,
 		})
 		if err != nil {
@@ -303,7 +300,7 @@ func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.Vo
 		return structs.NewError(structs.ErrCodeInternal, "creating the target path's parent: %v", err)
 	}
 	err = plugin.NodePublishVolume(callCtx, &csi.NodePublishRequest{
-		ExternalID: v.ExternalID, StagingPath: staging, TargetPath: v.TargetPath, Capability: capability,
+		ExternalID: v.ExternalID, StagingPath: staging, TargetPath: v.TargetPath, Capability: volCap,
 		ReadOnly: req.ReadOnly, PublishContext: v.PublishContext, VolumeContext: vol.Context, Secrets: vol.Secrets,
 	})
 	if err != nil {

@@ -320,6 +320,9 @@ func validModes(m *structs.MultiError, access structs.CSIVolumeAccessMode, attac
 	}
 }
 
+// capability is the CSI capability of a volume used with these modes; mount
+// options go with file systems only. The allocation runner's stage and
+// publish and the ClientCSI controller calls all build theirs here.
 func capability(access structs.CSIVolumeAccessMode, attachment structs.CSIVolumeAttachmentMode, opts *structs.CSIMountOptions) *csi.VolumeCapability {
 	c := &csi.VolumeCapability{AccessMode: access, AttachmentMode: attachment}
 	if attachment == structs.CSIVolumeAttachmentModeFilesystem {
