@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -69,6 +70,22 @@ func (s *Server) establishLeadership() {
 		}()
 		s.leaderLoop(done)
 	}()
+}
+
+// leaderContext returns a context that ends when leadership ends (done is
+// closed) or the server shuts down, for leader-only loops that wait on a
+// context. The caller must call cancel when its loop returns, which also
+// ends the goroutine that watches done.
+func (s *Server) leaderContext(done <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(s.shutdownCtx)
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // revokeLeadership stops the leader-only work and waits for it.

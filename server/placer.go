@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"time"
 
 	"github.com/hashicorp/go-memdb"
@@ -22,15 +21,8 @@ const placerSettle = 20 * time.Millisecond
 // the volume is registered, because the registration wakes the loop. A pass
 // that changes nothing writes nothing, so the loop's own writes settle.
 func (s *Server) runPlacer(done <-chan struct{}) {
-	ctx, cancel := context.WithCancel(s.shutdownCtx)
+	ctx, cancel := s.leaderContext(done)
 	defer cancel()
-	go func() {
-		select {
-		case <-done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	logger := s.logger.Named("placer")
 	settled := map[string]settledJob{}
 	var last passMark

@@ -32,15 +32,8 @@ func (b watcherBackend) Checkpoint(namespace, volumeID string, claim *structs.CS
 
 // runVolumeWatcher releases claims while this server leads.
 func (s *Server) runVolumeWatcher(done <-chan struct{}) {
-	ctx, cancel := context.WithCancel(s.shutdownCtx)
+	ctx, cancel := s.leaderContext(done)
 	defer cancel()
-	go func() {
-		select {
-		case <-done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	s.volumeWatcher.Run(ctx)
 }
 
