@@ -106,7 +106,7 @@ func (c *AgentCommand) Run(args []string) int {
 		c.UI.Output(`Development mode: a single server, a client and the development CSI plugin "dev", whose state is discarded on exit.`)
 	}
 
-	c.waitForShutdown()
+	waitForShutdown(c.ShutdownCh)
 	c.UI.Output("Shutting down")
 	code := 0
 	// The client first, so its last calls still find its server.
@@ -123,9 +123,11 @@ func (c *AgentCommand) Run(args []string) int {
 	return code
 }
 
-func (c *AgentCommand) waitForShutdown() {
-	if c.ShutdownCh != nil {
-		<-c.ShutdownCh
+// waitForShutdown returns once ch is closed or, when ch is nil (outside
+// tests), on SIGINT or SIGTERM.
+func waitForShutdown(ch <-chan struct{}) {
+	if ch != nil {
+		<-ch
 		return
 	}
 	sigs := make(chan os.Signal, 1)

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"sort"
 	"strings"
-	"syscall"
 
 	"github.com/hashicorp/cli"
 	"github.com/hashicorp/go-hclog"
@@ -123,19 +121,8 @@ func (c *CSIDevPluginCommand) Run(args []string) int {
 	}
 	c.UI.Output(fmt.Sprintf("CSI dev plugin %s serving on %s as node %q, state in %s",
 		devplugin.PluginName, p.Endpoint(), p.NodeID(), p.StateDir()))
-	c.waitForShutdown()
+	waitForShutdown(c.ShutdownCh)
 	c.UI.Output("Shutting down")
 	p.Stop()
 	return 0
-}
-
-func (c *CSIDevPluginCommand) waitForShutdown() {
-	if c.ShutdownCh != nil {
-		<-c.ShutdownCh
-		return
-	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	<-sigs
 }
