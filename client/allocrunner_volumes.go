@@ -250,7 +250,7 @@ func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.Vo
 	if err != nil {
 		return err
 	}
-	unlock := r.m.c.volumeLocks.lock(v.PluginID + "\x00" + v.Namespace + "\x00" + v.VolumeID)
+	unlock := r.m.c.lockVolume(v.PluginID, v.Namespace, v.VolumeID)
 	defer unlock()
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

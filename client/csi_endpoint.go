@@ -184,7 +184,7 @@ func (e *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequ
 		return err
 	}
 	namespace := args.RequestNamespace()
-	unlock := e.c.volumeLocks.lock(args.PluginID + "\x00" + namespace + "\x00" + args.VolumeID)
+	unlock := e.c.lockVolume(args.PluginID, namespace, args.VolumeID)
 	defer unlock()
 
 	target := e.c.paths.TargetPath(args.AllocID, args.VolumeID)
@@ -351,6 +351,13 @@ func capabilities(m *structs.MultiError, in []*structs.CSIVolumeCapability, opts
 // removeEmptyDir removes dir if it is empty; anything else stays.
 func removeEmptyDir(dir string) {
 	_ = os.Remove(dir)
+}
+
+// lockVolume takes the client's lock on one volume of a plugin (see
+// Client.volumeLocks) and returns its unlock. The runner's publish and the
+// servers' detach must name a volume alike to exclude each other.
+func (c *Client) lockVolume(pluginID, namespace, volumeID string) func() {
+	return c.volumeLocks.lock(pluginID + "\x00" + namespace + "\x00" + volumeID)
 }
 
 // keyedMutex is a set of mutexes by key, each dropped when unused.
