@@ -18,7 +18,7 @@ func (e *Status) Ping(args *structs.GenericRequest, reply *struct{}) error {
 
 // Leader returns the leader's RPC address, or "" when there is none.
 func (e *Status) Leader(args *structs.GenericRequest, reply *string) error {
-	if done, err := e.srv.forwardStale(args, "Status.Leader", reply); done {
+	if done, err := e.srv.forward("Status.Leader", args, args, reply); done {
 		return err
 	}
 	addr, _ := e.srv.raft.LeaderWithID()
@@ -28,7 +28,7 @@ func (e *Status) Leader(args *structs.GenericRequest, reply *string) error {
 
 // Peers returns the RPC addresses of the servers in the Raft configuration.
 func (e *Status) Peers(args *structs.GenericRequest, reply *[]string) error {
-	if done, err := e.srv.forwardStale(args, "Status.Peers", reply); done {
+	if done, err := e.srv.forward("Status.Peers", args, args, reply); done {
 		return err
 	}
 	f := e.srv.raft.GetConfiguration()
@@ -69,13 +69,6 @@ func (e *Status) Join(args *structs.StatusJoinRequest, reply *structs.StatusJoin
 	}
 	e.srv.setQueryMeta(&reply.QueryMeta)
 	return nil
-}
-
-// forwardStale serves a status read locally when the caller allows stale
-// results and forwards it to the leader otherwise, so that by default every
-// server gives the same answer.
-func (s *Server) forwardStale(args *structs.GenericRequest, method string, reply any) (bool, error) {
-	return s.forward(method, args, args, reply)
 }
 
 // HasNodeConn tells another server whether this one holds a session with a
