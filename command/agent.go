@@ -61,6 +61,8 @@ Usage: volplane agent [options]
 `)
 }
 
+// stringList collects the values of a repeatable flag (-retry-join,
+// -csi-plugin, -secret).
 type stringList []string
 
 func (s *stringList) String() string     { return strings.Join(*s, ",") }

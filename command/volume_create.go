@@ -89,7 +89,7 @@ Delete Options:
 }
 
 func (c *VolumeDeleteCommand) Run(args []string) int {
-	var secrets stringSlice
+	var secrets stringList
 	f := c.FlagSet("volume delete", FlagSetClient|FlagSetNamespace)
 	f.Var(&secrets, "secret", "")
 	if ok, code := c.Parse(c, f, args); !ok {
@@ -118,11 +118,6 @@ func (c *VolumeDeleteCommand) Run(args []string) int {
 	c.Ui.Output(fmt.Sprintf("Successfully deleted volume %q", id))
 	return 0
 }
-
-type stringSlice []string
-
-func (s *stringSlice) String() string     { return strings.Join(*s, ",") }
-func (s *stringSlice) Set(v string) error { *s = append(*s, v); return nil }
 
 // VolumeDetachCommand releases a volume's claims on a node now.
 type VolumeDetachCommand struct{ Meta }
