@@ -234,11 +234,11 @@ func (c *AgentCommand) parse(args []string) (*AgentConfig, bool, error) {
 	return cfg, dev, nil
 }
 
-// serverConfig turns the agent configuration into the server's.
+// serverConfig turns the agent configuration into the server's, all but
+// the logger, which Run shares with the client.
 func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, func(), error) {
 	cfg := server.DefaultConfig()
 	cleanup := func() {}
-	cfg.Logger = newAgentLogger(a)
 	bind := a.BindAddr
 	if bind == "" {
 		bind = "127.0.0.1"
