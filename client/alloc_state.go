@@ -170,18 +170,22 @@ func openStateDB(dataDir string, logger hclog.Logger) (*stateDB, map[string]*all
 	if len(bad) > 0 {
 		s.deleteKeys(bad)
 	}
-	if err := s.db.Update(func(tx *bolt.Tx) error {
-		for _, b := range stateBuckets {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return tx.Bucket(bucketMeta).Put([]byte("version"), []byte(stateSchemaVersion))
-	}); err != nil {
+	if err := s.db.Update(initBuckets); err != nil {
 		s.db.Close()
 		return nil, nil, fmt.Errorf("client state file %s: %w", s.path, err)
 	}
 	return s, bundles, nil
+}
+
+// initBuckets creates the buckets a state file lacks and records the
+// schema version.
+func initBuckets(tx *bolt.Tx) error {
+	for _, b := range stateBuckets {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
+		}
+	}
+	return tx.Bucket(bucketMeta).Put([]byte("version"), []byte(stateSchemaVersion))
 }
 
 func openBolt(path string) (db *bolt.DB, err error) {
@@ -208,12 +212,7 @@ func (s *stateDB) replace(bundles map[string]*allocBundle) (*bolt.DB, error) {
 		return nil, fmt.Errorf("creating a fresh client state file %s: %w", s.path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range stateBuckets {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		if err := tx.Bucket(bucketMeta).Put([]byte("version"), []byte(stateSchemaVersion)); err != nil {
+		if err := initBuckets(tx); err != nil {
 			return err
 		}
 		for id, b := range bundles {
