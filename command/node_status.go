@@ -113,16 +113,8 @@ func formatNode(n *structs.Node, verbose bool) string {
 			if info == nil {
 				continue
 			}
-			var ext, max, topo string
-			if ni := info.NodeInfo; ni != nil {
-				ext = ni.ID
-				if ni.MaxVolumes > 0 {
-					max = strconv.FormatInt(ni.MaxVolumes, 10)
-				}
-				topo = segments(ni.AccessibleTopology)
-			}
-			rows = append(rows, []string{id, info.Provider, yesNo(info.Healthy), ext, max, topo,
-				info.HealthDescription, timeOf(info.UpdateTime)})
+			row := append([]string{id, info.Provider, yesNo(info.Healthy)}, nodeInfoCells(info.NodeInfo)...)
+			rows = append(rows, append(row, info.HealthDescription, timeOf(info.UpdateTime)))
 		}
 		b.WriteString(table([]string{"Plugin ID", "Provider", "Healthy", "External Node ID", "Max Volumes", "Topology",
 			"Health Description", "Update Time"}, rows))
@@ -132,6 +124,19 @@ func formatNode(n *structs.Node, verbose bool) string {
 		writeMap(&b, "Attributes", n.Attributes)
 	}
 	return b.String()
+}
+
+// nodeInfoCells are the External Node ID, Max Volumes ("" for no limit)
+// and Topology cells of a node plugin's fingerprint, all "" without one.
+func nodeInfoCells(ni *structs.CSINodeInfo) []string {
+	if ni == nil {
+		return []string{"", "", ""}
+	}
+	var max string
+	if ni.MaxVolumes > 0 {
+		max = strconv.FormatInt(ni.MaxVolumes, 10)
+	}
+	return []string{ni.ID, max, segments(ni.AccessibleTopology)}
 }
 
 // lastHeartbeat shows when the leader last heard from the node, or, when the

@@ -112,15 +112,7 @@ func instances(m map[string]*structs.CSIInfo, node, verbose bool) string {
 		}
 		row := []string{shortID(id, verbose), yesNo(info.Healthy), info.HealthDescription, timeOf(info.UpdateTime)}
 		if node && verbose {
-			var ext, max, topo string
-			if ni := info.NodeInfo; ni != nil {
-				ext = ni.ID
-				if ni.MaxVolumes > 0 {
-					max = strconv.FormatInt(ni.MaxVolumes, 10)
-				}
-				topo = segments(ni.AccessibleTopology)
-			}
-			row = append(row, ext, max, topo)
+			row = append(row, nodeInfoCells(info.NodeInfo)...)
 		}
 		rows = append(rows, row)
 	}
