@@ -68,7 +68,7 @@ func (c *JobRunCommand) Run(args []string) int {
 		return c.UsageError(c, "This command takes one argument: <file>")
 	}
 	// The same reading as volume register: "-" is stdin, the size is bounded.
-	src, name, err := (&VolumeRegisterCommand{Stdin: c.Stdin}).readSpec(f.Arg(0))
+	src, name, err := readSpec(c.Stdin, f.Arg(0))
 	if err != nil {
 		return c.Fail("reading job specification", err)
 	}

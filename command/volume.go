@@ -46,7 +46,7 @@ func (c *VolumeRegisterCommand) Run(args []string) int {
 	}
 	path := f.Arg(0)
 
-	src, name, err := c.readSpec(path)
+	src, name, err := readSpec(c.Stdin, path)
 	if err != nil {
 		return c.Fail("reading volume specification", err)
 	}
@@ -69,11 +69,14 @@ func (c *VolumeRegisterCommand) Run(args []string) int {
 	return 0
 }
 
-func (c *VolumeRegisterCommand) readSpec(path string) ([]byte, string, error) {
+// readSpec reads a specification file of at most maxSpecSize bytes, or
+// stdin (the process's when nil) for "-", and returns it with the name to
+// use in messages.
+func readSpec(stdin io.Reader, path string) ([]byte, string, error) {
 	var r io.Reader
 	name := path
 	if path == "-" {
-		r, name = c.Stdin, "<stdin>"
+		r, name = stdin, "<stdin>"
 		if r == nil {
 			r = os.Stdin
 		}

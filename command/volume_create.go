@@ -40,8 +40,7 @@ func (c *VolumeCreateCommand) Run(args []string) int {
 	if f.NArg() != 1 {
 		return c.UsageError(c, "This command takes one argument: <file>")
 	}
-	reader := &VolumeRegisterCommand{Meta: c.Meta, Stdin: c.Stdin}
-	src, name, err := reader.readSpec(f.Arg(0))
+	src, name, err := readSpec(c.Stdin, f.Arg(0))
 	if err != nil {
 		return c.Fail("reading volume specification", err)
 	}
