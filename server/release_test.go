@@ -151,33 +151,41 @@ func TestRelease_NodeDownSkipsNodeStep(t *testing.T) {
 		c.HeartbeatTTL, c.NodeGracePeriod = 200*time.Millisecond, 200*time.Millisecond
 	})
 	leader := WaitForLeader(t, servers...)
-	// The agent answers controller calls on another node; the claim's node
-	// is registered but never heartbeats.
+	// The agent answers controller calls on a node that runs only the
+	// plugin's controller, so the job can be placed only on the claim's
+	// node, whose agent answers nothing and which heartbeats until it is
+	// killed.
 	ctrl := testutil.NodeWithController("dev")
+	delete(ctrl.CSINodePlugins, "dev")
 	ep := &agentEndpoint{}
 	connectAgent(t, leader, ctrl, ep)
 	stopHeartbeats := keepAlive(t, leader, ctrl)
 	defer stopHeartbeats()
 
-	registerVolume(t, leader, namedVolume("rel"))
 	silent := testutil.Node("dev")
 	silent.CSINodePlugins["dev"].RequiresControllerPlugin = true
 	var resp structs.NodeUpdateResponse
 	must.NoError(t, leader.RPC("Node.Register", &structs.NodeRegisterRequest{Node: silent}, &resp))
-	idx, _ := leader.State().LatestIndex()
-	alloc := &structs.Allocation{ID: "lost-1", Namespace: "default", Name: "x.g[0]", JobID: "x", TaskGroup: "g",
-		NodeID: silent.ID, DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning}
-	must.NoError(t, leader.State().UpsertAllocs(idx+1, []*structs.Allocation{alloc}))
-	must.NoError(t, leader.State().CSIVolumeClaim(idx+2, 1, "default", "rel", &structs.CSIVolumeClaim{
-		AllocationID: alloc.ID, NodeID: silent.ID, ExternalNodeID: "ext-silent", Mode: structs.CSIVolumeClaimWrite,
-		AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem,
-	}))
+	kill := keepAlive(t, leader, silent)
+	registerVolume(t, leader, namedVolume("rel"))
+	req := &structs.VolumeRequest{Source: "rel", AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter,
+		AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem}
+	must.NoError(t, registerJob(t, leader, volumeJob("lost", 1, &structs.VolumeRequest{Source: "rel",
+		AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter})))
+	var alloc *structs.Allocation
+	for _, a := range waitPlaced(t, leader, "lost", 1) {
+		alloc = a
+	}
+	must.Eq(t, silent.ID, alloc.NodeID)
+	_, err := claimFor(t, leader, silent, alloc, "rel", req)
+	must.NoError(t, err)
 
-	// Writing the claim straight into the leader's store (as a test may)
-	// is seen by the leader only; it is enough for its watcher.
+	// The client dies: its node misses its heartbeats and is marked down,
+	// which loses the allocation and releases its claim.
+	kill()
 	waitFreed(t, leader, "rel")
 	must.SliceEmpty(t, ep.callsWith("node-detach"))
-	must.Eq(t, []string{"controller-detach:ext-rel:ext-silent"}, ep.callsWith("controller-detach"))
+	must.Eq(t, []string{"controller-detach:ext-rel:ext-" + silent.ID}, ep.callsWith("controller-detach"))
 }
 
 // keepAlive heartbeats a node until the returned func is called.
