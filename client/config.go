@@ -120,40 +120,18 @@ func (c *Config) normalize() error {
 	if c.Datacenter == "" {
 		c.Datacenter = DefaultDatacenter
 	}
-	if c.FingerprintInterval <= 0 {
-		c.FingerprintInterval = DefaultFingerprintInterval
-	}
-	if c.UnhealthyThreshold <= 0 {
-		c.UnhealthyThreshold = DefaultUnhealthyThreshold
-	}
-	if c.PluginGoneTTL <= 0 {
-		c.PluginGoneTTL = DefaultPluginGoneTTL
-	}
-	if c.RPCTimeout <= 0 {
-		c.RPCTimeout = DefaultRPCTimeout
-	}
-	if c.AllocWatchWait <= 0 {
-		c.AllocWatchWait = DefaultAllocWatchWait
-	}
-	if c.ClaimBackoffMin <= 0 {
-		c.ClaimBackoffMin = DefaultClaimBackoffMin
-	}
-	if c.ClaimBackoffMax <= 0 {
-		c.ClaimBackoffMax = DefaultClaimBackoffMax
-	}
+	orDefault(&c.FingerprintInterval, DefaultFingerprintInterval)
+	orDefault(&c.UnhealthyThreshold, DefaultUnhealthyThreshold)
+	orDefault(&c.PluginGoneTTL, DefaultPluginGoneTTL)
+	orDefault(&c.RPCTimeout, DefaultRPCTimeout)
+	orDefault(&c.AllocWatchWait, DefaultAllocWatchWait)
+	orDefault(&c.ClaimBackoffMin, DefaultClaimBackoffMin)
+	orDefault(&c.ClaimBackoffMax, DefaultClaimBackoffMax)
 	c.ClaimBackoffMax = max(c.ClaimBackoffMax, c.ClaimBackoffMin)
-	if c.TaskKillTimeout <= 0 {
-		c.TaskKillTimeout = DefaultTaskKillTimeout
-	}
-	if c.TaskPollInterval <= 0 {
-		c.TaskPollInterval = DefaultTaskPollInterval
-	}
-	if c.FinishedAllocsKept <= 0 {
-		c.FinishedAllocsKept = DefaultFinishedAllocsKept
-	}
-	if c.serverRetryMax <= 0 {
-		c.serverRetryMax = retryMax
-	}
+	orDefault(&c.TaskKillTimeout, DefaultTaskKillTimeout)
+	orDefault(&c.TaskPollInterval, DefaultTaskPollInterval)
+	orDefault(&c.FinishedAllocsKept, DefaultFinishedAllocsKept)
+	orDefault(&c.serverRetryMax, retryMax)
 	var m structs.MultiError
 	if c.DataDir == "" {
 		m.Add("a client needs a data dir")
@@ -186,6 +164,13 @@ func (c *Config) normalize() error {
 		return errors.New(strings.Join(m.Errors, "; "))
 	}
 	return nil
+}
+
+// orDefault sets *v to d when it is left at zero (or is negative).
+func orDefault[T int | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // validate checks a plugin's settings; its errors do not repeat the ID.
