@@ -117,6 +117,11 @@ func TestRoutes_WrongMethodIs405WithAllow(t *testing.T) {
 		{http.MethodPost, "/v1/status/peers", "GET, HEAD"},
 		{http.MethodDelete, "/v1/operator/raft/configuration", "GET, HEAD"},
 		{http.MethodGet, "/v1/operator/raft/peer", "DELETE"},
+		{http.MethodDelete, "/v1/jobs", "GET, HEAD, POST, PUT"},
+		{http.MethodPatch, "/v1/job/j", "DELETE, GET, HEAD, POST, PUT"},
+		{http.MethodPost, "/v1/job/j/allocations", "GET, HEAD"},
+		{http.MethodPut, "/v1/allocations", "GET, HEAD"},
+		{http.MethodDelete, "/v1/allocation/a", "GET, HEAD"},
 	}
 	for _, tc := range cases {
 		rec := do(t, h, tc.method, tc.path, "")
@@ -177,12 +182,21 @@ func TestErrors_EveryRoutePassesBackendErrorsThrough(t *testing.T) {
 		{"Status.Peers", http.MethodGet, "/v1/status/peers", ""},
 		{"Operator.RaftListPeers", http.MethodGet, "/v1/operator/raft/configuration", ""},
 		{"Operator.RaftRemovePeer", http.MethodDelete, "/v1/operator/raft/peer?id=x", ""},
+		{"Job.Register", http.MethodPut, "/v1/jobs", `{"Job":{"ID":"j"}}`},
+		{"Job.Register", http.MethodPost, "/v1/job/j", `{"Job":{"ID":"j"}}`},
+		{"Job.Deregister", http.MethodDelete, "/v1/job/j", ""},
+		{"Job.List", http.MethodGet, "/v1/jobs", ""},
+		{"Job.GetJob", http.MethodGet, "/v1/job/j", ""},
+		{"Job.Allocations", http.MethodGet, "/v1/job/j/allocations", ""},
+		{"Alloc.List", http.MethodGet, "/v1/allocations", ""},
+		{"Alloc.GetAlloc", http.MethodGet, "/v1/allocation/a", ""},
 	}
 	for _, rt := range routes {
 		be, h := newTestHandler(t)
 		be.failWith(rt.rpc, structs.ErrNoLeader)
 		rec := do(t, h, rt.method, rt.path, rt.body)
 		mustError(t, rec, http.StatusServiceUnavailable, "no cluster leader")
+		must.Eq(t, "", rec.Header().Get("X-Nomad-Index"), must.Sprint(rt.rpc))
 		must.NotNil(t, be.call(rt.rpc), must.Sprint(rt.rpc))
 	}
 }
