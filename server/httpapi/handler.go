@@ -226,6 +226,15 @@ func (h *handler) wrap(fn endpoint) http.HandlerFunc {
 	}
 }
 
+// orEmpty is s, or an empty slice for nil, so that a list is answered
+// with [] rather than null, as Nomad's API does.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
 // writeJSON encodes out fully before writing anything, so an encoding
 // failure still becomes a clean 500 instead of half a body. ?pretty indents,
 // as Nomad's does.

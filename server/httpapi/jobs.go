@@ -105,10 +105,7 @@ func (h *handler) jobList(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	setMeta(w, &reply.QueryMeta)
-	if reply.Jobs == nil {
-		return []*structs.JobListStub{}, nil
-	}
-	return reply.Jobs, nil
+	return orEmpty(reply.Jobs), nil
 }
 
 // jobGet serves GET /v1/job/:id.
@@ -157,10 +154,7 @@ func (h *handler) jobAllocations(w http.ResponseWriter, r *http.Request) (any, e
 		return nil, err
 	}
 	setMeta(w, &reply.QueryMeta)
-	if reply.Allocations == nil {
-		return []*structs.Allocation{}, nil
-	}
-	return reply.Allocations, nil
+	return orEmpty(reply.Allocations), nil
 }
 
 // allocList serves GET /v1/allocations[?prefix=]: a bare array.
@@ -174,10 +168,7 @@ func (h *handler) allocList(w http.ResponseWriter, r *http.Request) (any, error)
 		return nil, err
 	}
 	setMeta(w, &reply.QueryMeta)
-	if reply.Allocations == nil {
-		return []*structs.Allocation{}, nil
-	}
-	return reply.Allocations, nil
+	return orEmpty(reply.Allocations), nil
 }
 
 // allocGet serves GET /v1/allocation/:id.

@@ -21,10 +21,7 @@ func (h *handler) pluginList(w http.ResponseWriter, r *http.Request) (any, error
 		return nil, err
 	}
 	setMeta(w, &reply.QueryMeta)
-	if reply.Plugins == nil {
-		return []*structs.CSIPluginListStub{}, nil
-	}
-	return reply.Plugins, nil
+	return orEmpty(reply.Plugins), nil
 }
 
 // pluginGet serves GET /v1/plugin/csi/:id.
@@ -55,10 +52,7 @@ func (h *handler) nodeList(w http.ResponseWriter, r *http.Request) (any, error) 
 		return nil, err
 	}
 	setMeta(w, &reply.QueryMeta)
-	if reply.Nodes == nil {
-		return []*structs.NodeListStub{}, nil
-	}
-	return reply.Nodes, nil
+	return orEmpty(reply.Nodes), nil
 }
 
 // nodeGet serves GET /v1/node/:id.
@@ -106,10 +100,7 @@ func (h *handler) statusPeers(w http.ResponseWriter, r *http.Request) (any, erro
 	if err := h.backend.RPC("Status.Peers", &args, &peers); err != nil {
 		return nil, err
 	}
-	if peers == nil {
-		peers = []string{}
-	}
-	return peers, nil
+	return orEmpty(peers), nil
 }
 
 // raftConfiguration serves GET /v1/operator/raft/configuration.
@@ -122,9 +113,7 @@ func (h *handler) raftConfiguration(w http.ResponseWriter, r *http.Request) (any
 	if err := h.backend.RPC("Operator.RaftListPeers", &args, &reply); err != nil {
 		return nil, err
 	}
-	if reply.Servers == nil {
-		reply.Servers = []*structs.RaftServer{}
-	}
+	reply.Servers = orEmpty(reply.Servers)
 	return &reply, nil
 }
 

@@ -33,10 +33,7 @@ func (h *handler) volumeList(w http.ResponseWriter, r *http.Request) (any, error
 		return nil, err
 	}
 	setMeta(w, &reply.QueryMeta)
-	if reply.Volumes == nil {
-		return []*structs.CSIVolListStub{}, nil
-	}
-	return reply.Volumes, nil
+	return orEmpty(reply.Volumes), nil
 }
 
 // volumeGet serves GET /v1/volume/csi/:id.
