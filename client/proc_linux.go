@@ -16,21 +16,13 @@ import (
 // /proc/PID/stat) and its argv[0]. A zombie or a missing process is not
 // alive.
 func procInfo(pid int) (startTicks uint64, argv0 string, alive bool, err error) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	fields, err := statFields(pid)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, "", false, nil
 	}
 	if err != nil {
 		return 0, "", false, err
 	}
-	// The command name (field 2) is in parentheses and may itself hold
-	// spaces and parentheses: the fields that follow start after the last
-	// ')'.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, "", false, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	fields := strings.Fields(string(stat[i+1:]))
 	// fields[0] is the state (field 3), fields[19] the start time (22).
 	if len(fields) < 20 {
 		return 0, "", false, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields)+2)
@@ -49,6 +41,22 @@ func procInfo(pid int) (startTicks uint64, argv0 string, alive bool, err error) 
 	return startTicks, argv0, true, nil
 }
 
+// statFields returns the fields of /proc/PID/stat that follow the command
+// name, from the state (field 3) on. The command name (field 2) is in
+// parentheses and may itself hold spaces and parentheses: the fields that
+// follow start after the last ')'.
+func statFields(pid int) ([]string, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	return strings.Fields(string(stat[i+1:])), nil
+}
+
 // bootID identifies the current boot of the machine: a PID and start time
 // recorded before a reboot mean nothing after it.
 func bootID() string {
@@ -62,11 +70,6 @@ func bootID() string {
 // isZombie reports whether pid has exited and waits for its parent to reap
 // it.
 func isZombie(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	fields := strings.Fields(string(stat[i+1:]))
-	return i >= 0 && len(fields) > 0 && fields[0] == "Z"
+	fields, err := statFields(pid)
+	return err == nil && len(fields) > 0 && fields[0] == "Z"
 }
