@@ -3,9 +3,7 @@ package spec
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
@@ -269,14 +267,9 @@ func parseJobJSON(filename string, src []byte) (*structs.Job, error) {
 		}
 	}
 
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	dec.DisallowUnknownFields()
 	var job structs.Job
-	if err := dec.Decode(&job); err != nil {
-		return nil, jsonErrorAt(filename, src, offset, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%s: unexpected content after the job object", filename)
+	if err := decodeStrict(filename, obj, src, offset, "job", &job); err != nil {
+		return nil, err
 	}
 	if job.ID == "" {
 		return nil, fmt.Errorf("%s: missing job ID", filename)

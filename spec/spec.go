@@ -70,14 +70,9 @@ func parseJSON(filename string, src []byte) (*structs.CSIVolume, error) {
 }
 
 func decodeJSONVolume(filename string, obj, file []byte, offset int) (*structs.CSIVolume, error) {
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	dec.DisallowUnknownFields()
 	var jv jsonVolume
-	if err := dec.Decode(&jv); err != nil {
-		return nil, jsonErrorAt(filename, file, offset, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%s: unexpected content after the volume object", filename)
+	if err := decodeStrict(filename, obj, file, offset, "volume", &jv); err != nil {
+		return nil, err
 	}
 	if jv.Type != "" && jv.Type != structs.VolumeTypeCSI {
 		return nil, fmt.Errorf("%s: unsupported volume type %q: the only type is %q", filename, jv.Type, structs.VolumeTypeCSI)
@@ -87,6 +82,22 @@ func decodeJSONVolume(filename string, obj, file []byte, offset int) (*structs.C
 	}
 	vol := jv.CSIVolume
 	return &vol, nil
+}
+
+// decodeStrict decodes obj, the part of file that starts at offset, into
+// v. An unknown field is an error, so that a misspelt field is not silently
+// dropped, and so is anything after the object; what names the object in
+// that message.
+func decodeStrict(filename string, obj, file []byte, offset int, what string, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonErrorAt(filename, file, offset, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s: unexpected content after the %s object", filename, what)
+	}
+	return nil
 }
 
 func jsonError(filename string, src []byte, err error) error {
