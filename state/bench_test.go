@@ -38,3 +38,46 @@ func BenchmarkCSIVolumeStubs(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCSIVolumeWrite updates one volume that eight allocations read,
+// as every committed write does on every server, with the event broker as
+// the store has it (nobody subscribed) and without one, to show what
+// publishing the events costs.
+func BenchmarkCSIVolumeWrite(b *testing.B) {
+	for _, broker := range []bool{true, false} {
+		b.Run(fmt.Sprintf("events=%t", broker), func(b *testing.B) {
+			s := TestStateStore(b)
+			if !broker {
+				s.events = nil
+			}
+			if err := s.UpsertNode(1, healthyNodePlugin("n1", "p")); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.UpsertCSIVolume(2, []*structs.CSIVolume{testVolume("vol", "p")}); err != nil {
+				b.Fatal(err)
+			}
+			for i := range 8 {
+				id := fmt.Sprintf("a%d", i)
+				if err := s.UpsertAllocs(uint64(10+2*i), []*structs.Allocation{testAlloc(id, "n1")}); err != nil {
+					b.Fatal(err)
+				}
+				c := readClaim(id, "n1")
+				c.PublishContext = map[string]string{"device": "/dev/xvdb"}
+				if err := s.CSIVolumeClaim(uint64(11+2*i), 1, ns, "vol", c); err != nil {
+					b.Fatal(err)
+				}
+			}
+			vol := testVolume("vol", "p")
+			index := uint64(100)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				index++
+				vol.Context = map[string]string{"generation": fmt.Sprint(index)}
+				if err := s.UpsertCSIVolume(index, []*structs.CSIVolume{vol}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

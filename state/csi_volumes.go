@@ -185,8 +185,10 @@ func healthOf(p *structs.CSIPlugin) pluginHealth {
 }
 
 // setVolumeHealth sets the derived fields from the plugin (nil zeroes them).
-func setVolumeHealth(v *structs.CSIVolume, p *structs.CSIPlugin) {
-	h := healthOf(p)
+func setVolumeHealth(v *structs.CSIVolume, p *structs.CSIPlugin) { healthOf(p).setOn(v) }
+
+// setOn sets a volume's derived fields.
+func (h pluginHealth) setOn(v *structs.CSIVolume) {
 	v.Schedulable = h.schedulable
 	v.ControllerRequired = h.controllerRequired
 	v.ControllersHealthy, v.ControllersExpected = h.controllersHealthy, h.controllersExpected

@@ -59,6 +59,35 @@ type Event struct {
 	Payload any
 }
 
+// volumePayload is the payload of a volume event until a subscriber reads
+// it. Sanitizing copies the whole volume, claims included; publishing runs on
+// every committed write on every server, mostly with nobody subscribed, so
+// the ring keeps the stored row (immutable) and the plugin health as of the
+// write, and the copy is made once, on first delivery, then shared.
+type volumePayload struct {
+	once   sync.Once
+	row    *structs.CSIVolume // dropped once built
+	health pluginHealth
+	built  *structs.CSIVolume
+}
+
+func (p *volumePayload) volume() *structs.CSIVolume {
+	p.once.Do(func() {
+		p.built = p.row.Sanitize()
+		p.health.setOn(p.built)
+		p.row = nil
+	})
+	return p.built
+}
+
+// delivered is ev as a subscriber gets it, its payload built.
+func (ev Event) delivered() Event {
+	if p, ok := ev.Payload.(*volumePayload); ok {
+		ev.Payload = p.volume()
+	}
+	return ev
+}
+
 // CSIClaimEvent is the payload of a CSIClaim event: one allocation's claim
 // on one volume as it is after the write (as it was, for ClaimFreed).
 type CSIClaimEvent struct {
@@ -218,16 +247,16 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 	if len(s.replay) > 0 {
 		ev := s.replay[0]
 		s.replay = s.replay[1:]
-		return ev, nil
+		return ev.delivered(), nil
 	}
 	select {
 	case ev := <-s.ch:
-		return ev, nil
+		return ev.delivered(), nil
 	default:
 	}
 	select {
 	case ev := <-s.ch:
-		return ev, nil
+		return ev.delivered(), nil
 	case <-s.done:
 		return s.drain(s.err)
 	case <-s.broker.store.AbandonCh():
@@ -242,7 +271,7 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 func (s *Subscription) drain(err error) (Event, error) {
 	select {
 	case ev := <-s.ch:
-		return ev, nil
+		return ev.delivered(), nil
 	default:
 		return Event{}, err
 	}
@@ -370,8 +399,9 @@ func committedIndexes(read *memdb.Txn, changes memdb.Changes) (index, prior uint
 	return index, min(prior, index)
 }
 
-// volumeEvent is the event of one changed volume row; its payload is the
-// volume sanitized, with its plugin health derived as the API shows it.
+// volumeEvent is the event of one changed volume row; its payload, built on
+// delivery, is the volume sanitized, with its plugin health as of the write
+// derived as the API shows it.
 func volumeEvent(read *memdb.Txn, index uint64, before, after *structs.CSIVolume) Event {
 	typ, v := EventVolumeUpdated, after
 	switch {
@@ -380,11 +410,14 @@ func volumeEvent(read *memdb.Txn, index uint64, before, after *structs.CSIVolume
 	case after == nil:
 		typ, v = EventVolumeDeregistered, before
 	}
-	payload := v.Sanitize()
+	// The health, not the plugin row: a row lists every instance of the
+	// plugin, and the ring would keep thousands of versions of it.
+	var health pluginHealth
 	if p, err := pluginByIDTxn(read, nil, v.PluginID); err == nil {
-		setVolumeHealth(payload, p)
+		health = healthOf(p)
 	}
-	return Event{Index: index, Topic: TopicCSIVolume, Type: typ, Key: v.ID, Namespace: v.Namespace, Payload: payload}
+	return Event{Index: index, Topic: TopicCSIVolume, Type: typ, Key: v.ID, Namespace: v.Namespace,
+		Payload: &volumePayload{row: v, health: health}}
 }
 
 // claimView is where one allocation's claim on a volume stands: a claim

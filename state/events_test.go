@@ -330,3 +330,30 @@ func TestCSIPastClaimsByState(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, 1, got["node-detached"])
 }
+
+func TestEvents_VolumePayloadIsAsOfTheWrite(t *testing.T) {
+	// The payload is built when a subscriber reads it, from the row and
+	// the plugin health of the write, not from what came after.
+	s := TestStateStore(t)
+	sub := subscribe(t, s, 0, TopicCSIVolume)
+	must.NoError(t, s.UpsertNode(10, healthyNodePlugin("n1", "p")))
+	must.NoError(t, s.UpsertCSIVolume(11, []*structs.CSIVolume{testVolume("vol", "p")}))
+	must.NoError(t, s.UpdateNodeStatus(12, &structs.NodeUpdateStatusRequest{NodeID: "n1", Status: structs.NodeStatusDown, UpdatedAt: 12000}))
+	upd := testVolume("vol", "p")
+	upd.Context = map[string]string{"k": "v"}
+	must.NoError(t, s.UpsertCSIVolume(13, []*structs.CSIVolume{upd}))
+
+	got := queued(t, sub)
+	must.Eq(t, []string{"11 CSIVolume VolumeRegistered vol", "13 CSIVolume VolumeUpdated vol"}, kinds(got))
+	reg := got[0].Payload.(*structs.CSIVolume)
+	must.True(t, reg.Schedulable)
+	must.Eq(t, 1, reg.NodesHealthy)
+	must.MapEmpty(t, reg.Context)
+	updated := got[1].Payload.(*structs.CSIVolume)
+	must.False(t, updated.Schedulable)
+	must.Eq(t, map[string]string{"k": "v"}, updated.Context)
+
+	// The payload is built once: a replay gets the very same one.
+	again := queued(t, subscribe(t, s, 10, TopicCSIVolume))
+	must.True(t, reg == again[0].Payload.(*structs.CSIVolume), must.Sprint("payloads are shared, not rebuilt"))
+}
