@@ -178,8 +178,8 @@ func (s *Server) placeJob(snap *state.StateSnapshot, nodes []*structs.Node, job 
 	if plan == nil {
 		return false, nil
 	}
-	plan.Namespace, plan.JobID, plan.JobModifyIndex = job.Namespace, job.ID, job.JobModifyIndex
-	plan.Timestamp = structs.NowNano()
+	// Place stamped the plan with the job's identity and version and with
+	// now, as its Timestamp.
 	if _, _, err := s.raftApply(structs.PlanApplyRequestType, plan); err != nil {
 		// A plan for an older job version is refused; the registration that
 		// made it stale has woken the loop already.
