@@ -309,10 +309,9 @@ func (r *allocRunner) pollTasks() (live []string, failed string) {
 	for _, task := range r.rec.Group.Tasks {
 		t := r.task(task.Name)
 		if t.State == taskRunning && taskEnded(t.Process) {
-			exit, err := readExit(newTaskPaths(allocDir, t.Name))
-			if err != nil {
-				exit = nil
-			}
+			// No readable exit file is a nil exit: the shim recorded
+			// nothing, which judgeExit describes.
+			exit, _ := readExit(newTaskPaths(allocDir, t.Name))
 			t = r.updateTask(t.Name, func(t *taskRecord) { judgeExit(t, exit) })
 			r.logger.Info("task ended", "task", t.Name, "failed", t.Failed, "outcome", t.Description)
 		}
