@@ -156,7 +156,8 @@ func (pastClaimsCollector) Collect(ch chan<- prometheus.Metric) {
 func Gatherer() prometheus.Gatherer { return registry }
 
 // Handler serves the registry in the Prometheus text format. Scrapes are
-// bounded to a few at once: the past-claims gauge reads every volume.
+// bounded to a few at once: the past-claims gauge reads every volume with
+// claims being released.
 func Handler() http.Handler {
 	return promhttp.HandlerFor(registry, promhttp.HandlerOpts{MaxRequestsInFlight: 4})
 }

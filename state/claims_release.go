@@ -30,6 +30,30 @@ func (s *StateStore) CSIVolumesWithPastClaims(ws memdb.WatchSet) (memdb.ResultIt
 	return getWatch(s.db.Txn(false), ws, TableCSIVolumes, indexPastClaims, true)
 }
 
+// CSIPastClaimsByState counts the claims being released, by state name,
+// over every volume; each release state is present, zero or not. It reads
+// only the volumes with past claims, through their index, and is meant for
+// a metrics scrape.
+func (s *StateStore) CSIPastClaimsByState() (map[string]int, error) {
+	out := map[string]int{}
+	for _, st := range []structs.CSIVolumeClaimState{
+		structs.CSIVolumeClaimStateUnpublishing, structs.CSIVolumeClaimStateNodeDetached,
+		structs.CSIVolumeClaimStateControllerDetached, structs.CSIVolumeClaimStateReadyToFree,
+	} {
+		out[st.String()] = 0
+	}
+	iter, err := s.CSIVolumesWithPastClaims(nil)
+	if err != nil {
+		return nil, err
+	}
+	for raw := iter.Next(); raw != nil; raw = iter.Next() {
+		for _, c := range raw.(*structs.CSIVolume).PastClaims {
+			out[c.State.String()]++
+		}
+	}
+	return out, nil
+}
+
 // releaseAllocClaimsTxn turns every claim an allocation holds into a past
 // claim in state unpublishing, keeping everything the release needs (node,
 // provider node ID, modes, publish context). The live claim stays until the

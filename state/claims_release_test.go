@@ -106,3 +106,19 @@ func TestRelease_JobStopAndNodeDown(t *testing.T) {
 		must.NotNil(t, pastClaim(t, s, vol))
 	})
 }
+
+func TestCSIPastClaimsByState(t *testing.T) {
+	s := setupVolume(t)
+	must.NoError(t, s.UpsertAllocs(20, []*structs.Allocation{testAlloc("a1", "n1")}))
+	c := writeClaim("a1", "n1")
+	must.NoError(t, s.CSIVolumeClaim(21, 21000, ns, "vol", c))
+
+	got, err := s.CSIPastClaimsByState()
+	must.NoError(t, err)
+	must.Eq(t, map[string]int{"unpublishing": 0, "node-detached": 0, "controller-detached": 0, "ready-to-free": 0}, got)
+
+	releaseStep(t, s, 22, c, structs.CSIVolumeClaimStateNodeDetached)
+	got, err = s.CSIPastClaimsByState()
+	must.NoError(t, err)
+	must.Eq(t, 1, got["node-detached"])
+}

@@ -516,26 +516,3 @@ func pluginEvent(index uint64, ch memdb.Change) Event {
 	p := ch.After.(*structs.CSIPlugin)
 	return Event{Index: index, Topic: TopicCSIPlugin, Type: EventPluginUpdated, Key: p.ID, Payload: p.Stub()}
 }
-
-// CSIPastClaimsByState counts the claims being released, by state name,
-// over every volume; each release state is present, zero or not. It reads
-// every volume, so it is meant for a metrics scrape, not a hot path.
-func (s *StateStore) CSIPastClaimsByState() (map[string]int, error) {
-	out := map[string]int{}
-	for _, st := range []structs.CSIVolumeClaimState{
-		structs.CSIVolumeClaimStateUnpublishing, structs.CSIVolumeClaimStateNodeDetached,
-		structs.CSIVolumeClaimStateControllerDetached, structs.CSIVolumeClaimStateReadyToFree,
-	} {
-		out[st.String()] = 0
-	}
-	iter, err := s.db.Txn(false).Get(TableCSIVolumes, indexID)
-	if err != nil {
-		return nil, err
-	}
-	for raw := iter.Next(); raw != nil; raw = iter.Next() {
-		for _, c := range raw.(*structs.CSIVolume).PastClaims {
-			out[c.State.String()]++
-		}
-	}
-	return out, nil
-}

@@ -315,22 +315,6 @@ func TestEvents_NoOpWritePublishesNothing(t *testing.T) {
 	must.SliceEmpty(t, queued(t, sub))
 }
 
-func TestCSIPastClaimsByState(t *testing.T) {
-	s := setupVolume(t)
-	must.NoError(t, s.UpsertAllocs(20, []*structs.Allocation{testAlloc("a1", "n1")}))
-	c := writeClaim("a1", "n1")
-	must.NoError(t, s.CSIVolumeClaim(21, 21000, ns, "vol", c))
-
-	got, err := s.CSIPastClaimsByState()
-	must.NoError(t, err)
-	must.Eq(t, map[string]int{"unpublishing": 0, "node-detached": 0, "controller-detached": 0, "ready-to-free": 0}, got)
-
-	releaseStep(t, s, 22, c, structs.CSIVolumeClaimStateNodeDetached)
-	got, err = s.CSIPastClaimsByState()
-	must.NoError(t, err)
-	must.Eq(t, 1, got["node-detached"])
-}
-
 func TestEvents_VolumePayloadIsAsOfTheWrite(t *testing.T) {
 	// The payload is built when a subscriber reads it, from the row and
 	// the plugin health of the write, not from what came after.
