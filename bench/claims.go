@@ -63,9 +63,12 @@ func (f *claimFixture) take(n int) ([]claimSlot, error) {
 	return s, nil
 }
 
-// claimSource is the per_alloc source of claim job j: its allocation i
-// claims claimSource(j)+"[i]".
-func claimSource(j int) string { return fmt.Sprintf("cvol%05d", j) }
+// claimSourcePrefix starts the per_alloc sources of the claim jobs.
+const claimSourcePrefix = "cvol"
+
+// claimSource is the per_alloc source of claim job j, as perAllocJobs
+// names it: its allocation i claims claimSource(j)+"[i]".
+func claimSource(j int) string { return fmt.Sprintf("%s%05d", claimSourcePrefix, j) }
 
 // claimJob is a service job of one per_alloc group of count count, asking
 // for source[i] as a single-node writer with a file-system attachment.
@@ -129,22 +132,13 @@ func (vp *volplane) setupClaims(ctx context.Context, cfg *Config, phase string, 
 	jobs := (claims + claimGroupCount - 1) / claimGroupCount
 	rivalJobs := (refused + claimGroupCount - 1) / claimGroupCount
 
-	var vols []*structs.CSIVolume
-	for j := range jobs {
-		for i := range claimGroupCount {
-			vols = append(vols, claimVolume(benchPlugin, fmt.Sprintf("%s[%d]", claimSource(j), i)))
-		}
-	}
+	specs, vols := perAllocJobs("claim", claimSourcePrefix, benchPlugin, jobs*claimGroupCount)
 	cfg.progress("%s: registering %d volumes, %d per request", phase, len(vols), cfg.ListBatch)
 	if err := vp.registerVolumes(ctx, vols, cfg.ListBatch); err != nil {
 		return nil, err
 	}
 
 	// Rival job j asks for the volumes of claim job j.
-	var specs []*structs.Job
-	for j := range jobs {
-		specs = append(specs, claimJob(fmt.Sprintf("claim-%05d", j), claimSource(j), claimGroupCount))
-	}
 	for j := range rivalJobs {
 		specs = append(specs, claimJob(fmt.Sprintf("rival-%05d", j), claimSource(j), claimGroupCount))
 	}
