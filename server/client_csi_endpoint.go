@@ -185,7 +185,9 @@ func (s *Server) LocalNodeSession(nodeID string) (*yamux.Session, bool) {
 // OtherServers implements clientrpc.Servers: the other voters' addresses.
 func (s *Server) OtherServers() []string {
 	f := s.raft.GetConfiguration()
-	if f.Error() != nil {
+	if err := f.Error(); err != nil {
+		// The call then finds no path to the node: say why.
+		s.logger.Warn("reading the raft configuration to find other servers", "error", err)
 		return nil
 	}
 	var out []string

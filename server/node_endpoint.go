@@ -170,7 +170,9 @@ func (e *Node) List(args *structs.NodeListRequest, reply *structs.NodeListRespon
 func (s *Server) fillNodeReply(reply *structs.NodeUpdateResponse, index uint64) error {
 	reply.HeartbeatTTL = s.config.HeartbeatTTL
 	reply.Index = index
-	if f := s.raft.GetConfiguration(); f.Error() == nil {
+	if f := s.raft.GetConfiguration(); f.Error() != nil {
+		s.logger.Warn("reading the raft configuration for a node reply; it lists no servers", "error", f.Error())
+	} else {
 		reply.Servers = reply.Servers[:0]
 		for _, srv := range f.Configuration().Servers {
 			reply.Servers = append(reply.Servers, string(srv.Address))

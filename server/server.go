@@ -111,6 +111,7 @@ func NewServer(cfg *Config) (*Server, error) {
 	metrics.SetPastClaimsFunc(func() map[string]int {
 		counts, err := s.State().CSIPastClaimsByState()
 		if err != nil {
+			s.logger.Warn("counting past claims for metrics", "error", err)
 			return nil
 		}
 		return counts

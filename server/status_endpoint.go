@@ -62,7 +62,9 @@ func (e *Status) Join(args *structs.StatusJoinRequest, reply *structs.StatusJoin
 		}
 	}
 	reply.Known = all
-	if f := e.srv.raft.GetConfiguration(); f.Error() == nil {
+	if f := e.srv.raft.GetConfiguration(); f.Error() != nil {
+		e.srv.logger.Warn("reading the raft configuration for a join reply; it lists no peers", "error", f.Error())
+	} else {
 		for _, srv := range f.Configuration().Servers {
 			reply.Peers = append(reply.Peers, string(srv.Address))
 		}
