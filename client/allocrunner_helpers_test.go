@@ -45,6 +45,18 @@ func newAllocEnv(t *testing.T, servers []*server.Server, clients int) *allocEnv 
 	return e
 }
 
+// newOneClientEnv starts one server and one client on it (cb may change the
+// client's config), and waits until the client's plugin instance is
+// healthy.
+func newOneClientEnv(t *testing.T, cb func(*Config)) (*server.Server, *allocEnv, *Client) {
+	t.Helper()
+	servers := testCluster(t, 1)
+	e := newAllocEnv(t, servers, 1)
+	c := e.startClient(0, cb)
+	e.waitNodesHealthy(servers[0], 1)
+	return servers[0], e, c
+}
+
 // startClient starts client i (again) on its data dir, with the
 // allocation runner's timings shortened; cb may change its config.
 func (e *allocEnv) startClient(i int, cb func(*Config)) *Client {

@@ -244,11 +244,7 @@ func liveTasks(c *Client) map[string][]string {
 // task found running and adopted rather than started twice.
 func TestAllocRunner_DamagedStateFile(t *testing.T) {
 	t.Parallel()
-	servers := testCluster(t, 1)
-	srv := servers[0]
-	e := newAllocEnv(t, servers, 1)
-	c := e.startClient(0, nil)
-	e.waitNodesHealthy(srv, 1)
+	srv, e, c := newOneClientEnv(t, nil)
 	ext := e.createVolume(srv, "damaged")
 	registerJob(t, srv, writerJob("damaged", 1, "damaged", false, taskScript))
 	a := waitAllocs(t, srv, "damaged", 1, clientStatus(structs.AllocClientStatusRunning))["damaged.g[0]"]
@@ -314,11 +310,7 @@ func TestAllocRunner_DamagedStateFile(t *testing.T) {
 // the servers gave up on.
 func TestAllocRunner_LostAllocationStopped(t *testing.T) {
 	t.Parallel()
-	servers := testCluster(t, 1)
-	srv := servers[0]
-	e := newAllocEnv(t, servers, 1)
-	c := e.startClient(0, nil)
-	e.waitNodesHealthy(srv, 1)
+	srv, e, c := newOneClientEnv(t, nil)
 	e.createVolume(srv, "lost")
 	registerJob(t, srv, writerJob("lost", 1, "lost", false, taskScript))
 	a := waitAllocs(t, srv, "lost", 1, clientStatus(structs.AllocClientStatusRunning))["lost.g[0]"]

@@ -24,11 +24,7 @@ import (
 // the task exits 0.
 func TestAllocRunner_ClaimStagePublishRun(t *testing.T) {
 	t.Parallel()
-	servers := testCluster(t, 1)
-	srv := servers[0]
-	e := newAllocEnv(t, servers, 1)
-	c := e.startClient(0, nil)
-	e.waitNodesHealthy(srv, 1)
+	srv, e, c := newOneClientEnv(t, nil)
 	ext := e.createVolume(srv, "solo")
 
 	job := writerJob("solo", 1, "solo", false, taskScript)
@@ -101,11 +97,7 @@ func TestAllocRunner_ClaimStagePublishRun(t *testing.T) {
 // reason; nothing is started.
 func TestAllocRunner_MissingCommandFails(t *testing.T) {
 	t.Parallel()
-	servers := testCluster(t, 1)
-	srv := servers[0]
-	e := newAllocEnv(t, servers, 1)
-	e.startClient(0, nil)
-	e.waitNodesHealthy(srv, 1)
+	srv, e, _ := newOneClientEnv(t, nil)
 	e.createVolume(srv, "nocmd")
 
 	job := writerJob("nocmd", 1, "nocmd", false, "")
@@ -155,11 +147,7 @@ func countCalls(t *testing.T, stateDir, method string, volumeIDs ...string) map[
 // and when it tries again; once the earlier claim is released, it runs.
 func TestAllocRunner_ClaimWaitsForEarlierClaim(t *testing.T) {
 	t.Parallel()
-	servers := testCluster(t, 1)
-	srv := servers[0]
-	e := newAllocEnv(t, servers, 1)
-	c := e.startClient(0, nil)
-	e.waitNodesHealthy(srv, 1)
+	srv, e, c := newOneClientEnv(t, nil)
 	ext := e.createVolume(srv, "shared")
 
 	registerJob(t, srv, writerJob("w", 1, "shared", false, taskScript))
@@ -216,11 +204,7 @@ func TestAllocRunner_ClaimWaitsForEarlierClaim(t *testing.T) {
 // failed.
 func TestAllocRunner_FailedTaskStopsTheOthers(t *testing.T) {
 	t.Parallel()
-	servers := testCluster(t, 1)
-	srv := servers[0]
-	e := newAllocEnv(t, servers, 1)
-	c := e.startClient(0, func(cfg *Config) { cfg.TaskKillTimeout = 500 * time.Millisecond })
-	e.waitNodesHealthy(srv, 1)
+	srv, _, c := newOneClientEnv(t, func(cfg *Config) { cfg.TaskKillTimeout = 500 * time.Millisecond })
 
 	job := &structs.Job{
 		ID: "pair", Namespace: structs.DefaultNamespace, Type: structs.JobTypeBatch,
