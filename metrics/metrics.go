@@ -152,9 +152,6 @@ func (pastClaimsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Gatherer is the registry, for tests and for serving.
-func Gatherer() prometheus.Gatherer { return registry }
-
 // Handler serves the registry in the Prometheus text format. Scrapes are
 // bounded to a few at once: the past-claims gauge reads every volume with
 // claims being released.
