@@ -348,21 +348,11 @@ func (vp *volplane) register(req *structs.CSIVolumeRegisterRequest) error {
 
 // registerMany registers n new volumes, batch per request.
 func (vp *volplane) registerMany(ctx context.Context, n, batch int) error {
-	for n > 0 {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		k := min(n, batch)
-		req := &structs.CSIVolumeRegisterRequest{}
-		for range k {
-			req.Volumes = append(req.Volumes, vp.volume())
-		}
-		if err := vp.register(req); err != nil {
-			return fmt.Errorf("registering %d volumes: %w", k, err)
-		}
-		n -= k
+	vols := make([]*structs.CSIVolume, n)
+	for i := range vols {
+		vols[i] = vp.volume()
 	}
-	return nil
+	return vp.registerVolumes(ctx, vols, batch)
 }
 
 // deregisterRegistered removes the volumes the register phase created, so
