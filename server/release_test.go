@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,7 +56,7 @@ func waitFreed(t *testing.T, s *Server, volID string) *structs.CSIVolume {
 
 func TestRelease_JobStopDetachesNodeThenControllerAndFrees(t *testing.T) {
 	servers := TestCluster(t, 3, fastRelease)
-	ep, node, alloc := releaseSetup(t, servers)
+	ep, node, _ := releaseSetup(t, servers)
 	leader := WaitForLeader(t, servers...)
 
 	must.NoError(t, leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "holder"}, &structs.JobDeregisterResponse{}))
@@ -83,7 +84,6 @@ func TestRelease_JobStopDetachesNodeThenControllerAndFrees(t *testing.T) {
 		_, err := claimFor(t, leader, node, a, "rel", req)
 		must.NoError(t, err)
 	}
-	_ = alloc
 }
 
 func TestRelease_NodePluginDownThenBack(t *testing.T) {
@@ -159,8 +159,7 @@ func TestRelease_NodeDownSkipsNodeStep(t *testing.T) {
 	delete(ctrl.CSINodePlugins, "dev")
 	ep := &agentEndpoint{}
 	connectAgent(t, leader, ctrl, ep)
-	stopHeartbeats := keepAlive(t, leader, ctrl)
-	defer stopHeartbeats()
+	keepAlive(t, leader, ctrl)
 
 	silent := testutil.Node("dev")
 	silent.CSINodePlugins["dev"].RequiresControllerPlugin = true
@@ -188,23 +187,29 @@ func TestRelease_NodeDownSkipsNodeStep(t *testing.T) {
 	must.Eq(t, []string{"controller-detach:ext-rel:ext-" + silent.ID}, ep.callsWith("controller-detach"))
 }
 
-// keepAlive heartbeats a node until the returned func is called.
+// keepAlive heartbeats a node until the returned func is called or the
+// test ends.
 func keepAlive(t *testing.T, s *Server, n *structs.Node) func() {
-	stop := make(chan struct{})
+	quit := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
 			select {
-			case <-stop:
+			case <-quit:
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
-			_ = s.RPC("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{NodeID: n.ID, SecretID: n.SecretID,
-				Status: structs.NodeStatusReady}, &structs.NodeUpdateResponse{})
+			if err := s.RPC("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{NodeID: n.ID, SecretID: n.SecretID,
+				Status: structs.NodeStatusReady}, &structs.NodeUpdateResponse{}); err != nil {
+				t.Logf("heartbeat of node %s: %v", n.ID, err)
+			}
 		}
 	}()
-	return func() { close(stop); <-done }
+	var once sync.Once
+	stop := func() { once.Do(func() { close(quit); <-done }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 // An operator's detach refuses a claim of a running allocation, and runs a
