@@ -381,7 +381,7 @@ func (s *controllerServer) ControllerUnpublishVolume(_ context.Context, req *csi
 			}
 			// The CO should have unpublished and unstaged on the node
 			// first; a storage system detaches anyway, but say so.
-			if rec := st.Nodes[n]; rec != nil && (rec.Staged[volID] != nil || rec.publishes(volID)) {
+			if rec := st.Nodes[n]; rec != nil && (rec.Staged[volID] != nil || len(rec.targetsOf(volID)) > 0) {
 				s.p.logger.Warn("controller-unpublishing a volume still staged or published on its node",
 					"volume_id", volID, "node", n)
 			}
@@ -393,15 +393,6 @@ func (s *controllerServer) ControllerUnpublishVolume(_ context.Context, req *csi
 		return nil, err
 	}
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
-}
-
-func (n *node) publishes(volID string) bool {
-	for _, pub := range n.Published {
-		if pub.VolumeID == volID {
-			return true
-		}
-	}
-	return false
 }
 
 func (s *controllerServer) ValidateVolumeCapabilities(_ context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
