@@ -3,6 +3,7 @@ package rpc
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	netrpc "net/rpc"
@@ -14,6 +15,7 @@ import (
 	"github.com/hashicorp/yamux"
 	"github.com/shoenig/test/must"
 	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/testutil"
 )
 
 type EchoArgs struct {
@@ -192,16 +194,13 @@ func expectClosed(t testing.TB, conn net.Conn) {
 	}
 }
 
-// waitFor polls cond until it holds or timeout passes.
+// waitFor polls cond with testutil.WaitForResult until it holds or timeout
+// passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.WaitForResult(t, timeout, func() (bool, error) {
+		return cond(), fmt.Errorf("still waiting for %s", what)
+	})
 }
 
 // plainCall makes one call on a fresh plain (0x01) connection.
