@@ -130,7 +130,9 @@ func (b *baseline) waitForLeader(ctx context.Context) error {
 				return nil
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
 	}
 	return fmt.Errorf("the baseline cluster has no leader after %s", formTimeout)
 }

@@ -262,10 +262,8 @@ func (vp *volplane) waitPlaced(ctx context.Context, jobID string, count int, dea
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("job %s has %d of %d allocations placed after %s", jobID, len(live), count, placeTimeout)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return nil, err
 		}
 	}
 }
@@ -323,10 +321,8 @@ func (vp *volplane) settledIndex(ctx context.Context) (uint64, error) {
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("the leader's Raft log kept growing for %s after the last claim (at index %d)", claimSettleTimeout, last)
 		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return 0, err
 		}
 		if idx := vp.leader.Raft().LastIndex(); idx == last {
 			same++

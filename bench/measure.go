@@ -146,3 +146,13 @@ func splitOps(ops, rounds int) []int {
 	}
 	return out
 }
+
+// sleep waits d, or until ctx ends, and then returns ctx's error.
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}

@@ -228,10 +228,8 @@ func (vp *volplane) releaseAll(ctx context.Context, cfg *Config, jobs []*structs
 			return nil, fmt.Errorf("%d of %d volumes free (%d with past claims) %s after the jobs were stopped",
 				free, len(ids), past, releaseTimeout)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(sampleInterval):
+		if err := sleep(ctx, sampleInterval); err != nil {
+			return nil, err
 		}
 	}
 	u1 := markUsage()
@@ -438,12 +436,3 @@ func startGoroutines() *goroutineSamples {
 }
 
 func (g *goroutineSamples) sample() { g.peak = max(g.peak, runtime.NumGoroutine()) }
-
-func sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
-}

@@ -141,7 +141,9 @@ func (vp *volplane) waitForLeader(ctx context.Context) error {
 		if last = vp.leaderReady(); last == nil {
 			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
 	}
 	return fmt.Errorf("the volplane cluster has no usable leader after %s: %w", formTimeout, last)
 }
