@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -120,15 +121,7 @@ var mutableParameters = map[string][]string{
 
 func validMutableParameters(p map[string]string) bool {
 	for k, v := range p {
-		allowed, ok := mutableParameters[k]
-		if !ok {
-			return false
-		}
-		found := false
-		for _, a := range allowed {
-			found = found || a == v
-		}
-		if !found {
+		if !slices.Contains(mutableParameters[k], v) {
 			return false
 		}
 	}
