@@ -3,6 +3,7 @@ package client
 import (
 	"cmp"
 	"context"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -359,12 +360,7 @@ func (m *allocManager) backoff(attempt int) time.Duration {
 func (c *Client) AllocIDs() []string {
 	c.allocs.mu.Lock()
 	defer c.allocs.mu.Unlock()
-	var out []string
-	for id := range c.allocs.runners {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(c.allocs.runners))
 }
 
 // AllocState is what the client knows of one allocation: its status as
