@@ -27,7 +27,7 @@ func TestInmemCall(t *testing.T) {
 	t.Run("args are copied", func(t *testing.T) {
 		args := &EchoArgs{Msg: "orig"}
 		var reply EchoReply
-		must.NoError(t, InmemCall(srv, "Test.Echo", args, &reply))
+		must.NoError(t, InmemCall(srv, "Test.Overwrite", args, &reply))
 		must.Eq(t, "orig", args.Msg)
 	})
 

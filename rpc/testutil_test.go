@@ -39,6 +39,14 @@ func (e *testEndpoint) Echo(args *EchoArgs, reply *EchoReply) error {
 	return nil
 }
 
+// Overwrite changes its arguments, as an endpoint must not: InmemCall's
+// copy keeps the caller's from changing with them.
+func (e *testEndpoint) Overwrite(args *EchoArgs, reply *EchoReply) error {
+	args.Msg = "overwritten"
+	reply.Msg = args.Msg
+	return nil
+}
+
 func (e *testEndpoint) ByValue(args EchoArgs, reply *EchoReply) error {
 	reply.Msg = "value:" + args.Msg
 	return nil
