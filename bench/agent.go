@@ -84,30 +84,13 @@ func startAgent(ctx context.Context, cfg *Config, name, addr string) (_ *agent, 
 	if err != nil {
 		return nil, fmt.Errorf("registering the node of agent %s: %w", name, err)
 	}
-	a.wg.Go(func() { a.heartbeat(reply.HeartbeatTTL) })
+	// The node's heartbeats go over the agent's session until close.
+	a.wg.Go(func() {
+		heartbeat(a.stop, a.node, reply.HeartbeatTTL, func(method string, args, reply any) error {
+			return a.pool.RPC(a.addr, method, args, reply)
+		}, a.logger, "benchmark agent")
+	})
 	return a, nil
-}
-
-// heartbeat reports the node ready every third of its TTL until close,
-// over the agent's session, as a client agent does.
-func (a *agent) heartbeat(ttl time.Duration) {
-	if ttl <= 0 {
-		ttl = 10 * time.Second
-	}
-	t := time.NewTicker(ttl / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.stop:
-			return
-		case <-t.C:
-		}
-		args := &structs.NodeUpdateStatusRequest{NodeID: a.node.ID, SecretID: a.node.SecretID, Status: structs.NodeStatusReady}
-		var reply structs.NodeUpdateResponse
-		if err := a.pool.RPC(a.addr, "Node.UpdateStatus", args, &reply); err != nil {
-			a.logger.Warn("benchmark agent heartbeat failed", "error", err)
-		}
-	}
 }
 
 // close stops the heartbeats and closes the session, as an agent that

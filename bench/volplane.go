@@ -219,7 +219,7 @@ func (vp *volplane) registerNode() error {
 	vp.heartbeatWG.Add(1)
 	go func() {
 		defer vp.heartbeatWG.Done()
-		vp.heartbeat(node, reply.HeartbeatTTL)
+		heartbeat(vp.heartbeatStop, node, reply.HeartbeatTTL, vp.call, vp.logger, "benchmark node")
 	}()
 	info := node.CSINodePlugins[benchPlugin]
 	vp.provider, vp.providerVersion = info.Provider, info.ProviderVersion
@@ -248,9 +248,12 @@ func benchNode() *structs.Node {
 	return n
 }
 
-// heartbeat reports the node ready every third of its TTL until close. A
-// heartbeat that changes nothing costs no Raft entry.
-func (vp *volplane) heartbeat(node *structs.Node, ttl time.Duration) {
+// heartbeat reports node ready through call every third of its TTL until
+// stop is closed, as a client agent does; what names the sender in the
+// warning a failed heartbeat logs. A heartbeat that changes nothing costs
+// no Raft entry.
+func heartbeat(stop <-chan struct{}, node *structs.Node, ttl time.Duration,
+	call func(method string, args, reply any) error, logger hclog.Logger, what string) {
 	if ttl <= 0 {
 		ttl = 10 * time.Second
 	}
@@ -258,14 +261,14 @@ func (vp *volplane) heartbeat(node *structs.Node, ttl time.Duration) {
 	defer t.Stop()
 	for {
 		select {
-		case <-vp.heartbeatStop:
+		case <-stop:
 			return
 		case <-t.C:
 		}
 		args := &structs.NodeUpdateStatusRequest{NodeID: node.ID, SecretID: node.SecretID, Status: structs.NodeStatusReady}
 		var reply structs.NodeUpdateResponse
-		if err := vp.call("Node.UpdateStatus", args, &reply); err != nil {
-			vp.logger.Warn("benchmark node heartbeat failed", "error", err)
+		if err := call("Node.UpdateStatus", args, &reply); err != nil {
+			logger.Warn(what+" heartbeat failed", "error", err)
 		}
 	}
 }
