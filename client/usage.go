@@ -36,11 +36,12 @@ type VolumeUsage struct {
 }
 
 // UsageRegistry is the node's durable record of which allocation has which
-// volume published at which paths. The allocation runner adds a record once
-// NodePublishVolume succeeded and NodeDetachVolume removes it once the
-// volume is unpublished; NodeDetachVolume unstages a volume only when no
-// other record uses its staging path. It is kept in memory and written
-// through to a file in the data dir on every change.
+// volume published at which paths. The allocation runner adds a record
+// before it stages or publishes (so that a detach of another allocation
+// never unstages a volume this one is about to use) and NodeDetachVolume
+// removes it once the volume is unpublished; NodeDetachVolume unstages a
+// volume only when no other record uses its staging path. It is kept in
+// memory and written through to a file in the data dir on every change.
 type UsageRegistry struct {
 	path string
 
