@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -30,31 +29,8 @@ import (
 // or publish. Stopping the job releases every volume.
 func TestE2E_AllocRunner(t *testing.T) {
 	t.Parallel()
-	c := NewProcessCluster(t, ProcessConfig{
-		Servers: 3,
-		ServerConfig: fmt.Sprintf("server {\n  heartbeat_ttl     = %q\n  node_grace_period = %q\n}\n",
-			clientHeartbeatTTL, clientNodeGrace),
-	})
-	e := &clientEnv{
-		c: c, secret: newSecret(t), specDir: t.TempDir(), stateDir: t.TempDir(),
-		nodeIDs: map[string]string{}, csiLog: &bytes.Buffer{},
-	}
-	leader := WaitForLeader(t, c)
-	for _, n := range []string{"a", "b"} {
-		e.plugins = append(e.plugins, c.StartPlugin(t, PluginConfig{
-			Name: "plugin-" + n, NodeID: "storage-" + n, StateDir: e.stateDir,
-		}))
-	}
-	for i, p := range e.plugins {
-		cl := c.StartClient(t, ClientConfig{Name: fmt.Sprintf("c%d", i+1), Plugins: map[string]Plugin{pluginID: p}})
-		e.clients = append(e.clients, cl)
-		// The clients leave their tasks running when they die, as they
-		// should; the test must not.
-		t.Cleanup(func() { killTasksUnder(t, cl.DataDir()) })
-	}
-	s := Followers(c, leader)[0]
-	e.waitNodesReady(t, s)
-	e.waitPluginHealth(t, s, 2)
+	c := NewProcessCluster(t, ProcessConfig{Servers: 3, ServerConfig: clientServerConfig})
+	e, s := newClientEnv(t, c)
 
 	// vol[0]..vol[2], created through the CLI.
 	exts := map[string]string{}

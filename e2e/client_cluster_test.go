@@ -46,13 +46,14 @@ const (
 // restarts a client, and crashes the server a client is attached to.
 func TestE2E_ClientAgents(t *testing.T) {
 	t.Parallel()
-	c := NewProcessCluster(t, ProcessConfig{
-		Servers: 3,
-		ServerConfig: fmt.Sprintf("server {\n  heartbeat_ttl     = %q\n  node_grace_period = %q\n}\n",
-			clientHeartbeatTTL, clientNodeGrace),
-	})
+	c := NewProcessCluster(t, ProcessConfig{Servers: 3, ServerConfig: clientServerConfig})
 	testClientAgents(t, c)
 }
+
+// clientServerConfig is the servers' configuration file in the tests with
+// client agents: the short heartbeat timings above.
+var clientServerConfig = fmt.Sprintf("server {\n  heartbeat_ttl     = %q\n  node_grace_period = %q\n}\n",
+	clientHeartbeatTTL, clientNodeGrace)
 
 // pluginID is the plugin ID the clients give the development plugin.
 const pluginID = "dev"
@@ -71,7 +72,12 @@ type clientEnv struct {
 	csiLog *bytes.Buffer
 }
 
-func testClientAgents(t *testing.T, c Cluster) {
+// newClientEnv starts, once c has a leader, one storage system with two
+// nodes, each an instance of the development plugin driven by a client
+// agent, and waits until a follower of the leader, which it returns, has
+// both nodes ready and the plugin healthy on both.
+func newClientEnv(t *testing.T, c Cluster) (*clientEnv, Server) {
+	t.Helper()
 	e := &clientEnv{
 		c:        c,
 		secret:   newSecret(t),
@@ -81,21 +87,26 @@ func testClientAgents(t *testing.T, c Cluster) {
 		csiLog:   &bytes.Buffer{},
 	}
 	leader := WaitForLeader(t, c)
-
-	// One storage system with two nodes, each driven by a client agent.
 	for _, n := range []string{"a", "b"} {
 		e.plugins = append(e.plugins, c.StartPlugin(t, PluginConfig{
 			Name: "plugin-" + n, NodeID: "storage-" + n, StateDir: e.stateDir,
 		}))
 	}
 	for i, p := range e.plugins {
-		e.clients = append(e.clients, c.StartClient(t, ClientConfig{
-			Name: fmt.Sprintf("c%d", i+1), Plugins: map[string]Plugin{pluginID: p},
-		}))
+		cl := c.StartClient(t, ClientConfig{Name: fmt.Sprintf("c%d", i+1), Plugins: map[string]Plugin{pluginID: p}})
+		e.clients = append(e.clients, cl)
+		// A client killed by a test leaves its tasks running, as it
+		// should; the test must not.
+		t.Cleanup(func() { killTasksUnder(t, cl.DataDir()) })
 	}
 	follower := Followers(c, leader)[0]
 	e.waitNodesReady(t, follower)
 	e.waitPluginHealth(t, follower, 2)
+	return e, follower
+}
+
+func testClientAgents(t *testing.T, c Cluster) {
+	e, follower := newClientEnv(t, c)
 
 	// Each step builds on the ones before it.
 	for _, step := range []struct {

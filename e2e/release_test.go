@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -37,31 +36,9 @@ import (
 //     node.
 func TestE2E_Release(t *testing.T) {
 	t.Parallel()
-	c := NewProcessCluster(t, ProcessConfig{
-		Servers: 3,
-		ServerConfig: fmt.Sprintf("server {\n  heartbeat_ttl     = %q\n  node_grace_period = %q\n}\n",
-			clientHeartbeatTTL, clientNodeGrace),
-	})
-	r := &releaseEnv{clientEnv: &clientEnv{
-		c: c, secret: newSecret(t), specDir: t.TempDir(), stateDir: t.TempDir(),
-		nodeIDs: map[string]string{}, csiLog: &bytes.Buffer{},
-	}, exts: map[string]string{}}
-	leader := WaitForLeader(t, c)
-	for _, n := range []string{"a", "b"} {
-		r.plugins = append(r.plugins, c.StartPlugin(t, PluginConfig{
-			Name: "plugin-" + n, NodeID: "storage-" + n, StateDir: r.stateDir,
-		}))
-	}
-	for i, p := range r.plugins {
-		cl := c.StartClient(t, ClientConfig{Name: fmt.Sprintf("c%d", i+1), Plugins: map[string]Plugin{pluginID: p}})
-		r.clients = append(r.clients, cl)
-		// A killed client leaves its tasks running, as it should; the
-		// test must not.
-		t.Cleanup(func() { killTasksUnder(t, cl.DataDir()) })
-	}
-	r.s = Followers(c, leader)[0]
-	r.waitNodesReady(t, r.s)
-	r.waitPluginHealth(t, r.s, 2)
+	c := NewProcessCluster(t, ProcessConfig{Servers: 3, ServerConfig: clientServerConfig})
+	e, s := newClientEnv(t, c)
+	r := &releaseEnv{clientEnv: e, s: s, exts: map[string]string{}}
 	for i := range releaseVolumes {
 		id := volID(i)
 		res := r.cli(t, r.s, "volume create", r.writeSpec(t, id, `capacity_min = "1MiB"`))
