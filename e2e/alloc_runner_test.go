@@ -32,14 +32,7 @@ func TestE2E_AllocRunner(t *testing.T) {
 	c := NewProcessCluster(t, ProcessConfig{Servers: 3, ServerConfig: clientServerConfig})
 	e, s := newClientEnv(t, c)
 
-	// vol[0]..vol[2], created through the CLI.
-	exts := map[string]string{}
-	for i := range 3 {
-		id := fmt.Sprintf("vol[%d]", i)
-		res := e.cli(t, s, "volume create", e.writeSpec(t, id, `capacity_min = "1MiB"`))
-		must.Zero(t, res.Code, must.Sprint(res))
-		exts[id] = e.volume(t, s, id).ExternalID
-	}
+	exts := e.createVolumes(t, s, 3)
 	res := e.cli(t, s, "job run", "-detach", filepath.Join("..", "examples", "job-per-alloc.hcl"))
 	must.Zero(t, res.Code, must.Sprint(res))
 

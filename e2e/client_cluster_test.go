@@ -323,6 +323,24 @@ secrets {
 `, id, id, pluginID, extra, e.secret+"-"+id))
 }
 
+// volID is the volume allocation N of a per_alloc job of source "vol"
+// claims.
+func volID(i int) string { return fmt.Sprintf("vol[%d]", i) }
+
+// createVolumes creates vol[0] to vol[n-1] through the CLI on s, and
+// returns their external IDs, by volume ID.
+func (e *clientEnv) createVolumes(t *testing.T, s Server, n int) map[string]string {
+	t.Helper()
+	exts := map[string]string{}
+	for i := range n {
+		id := volID(i)
+		res := e.cli(t, s, "volume create", e.writeSpec(t, id, `capacity_min = "1MiB"`))
+		must.Zero(t, res.Code, must.Sprint(res))
+		exts[id] = e.volume(t, s, id).ExternalID
+	}
+	return exts
+}
+
 // createdRE reads what `volume create` prints.
 var createdRE = regexp.MustCompile(`Created volume "([^"]+)" with external ID "([^"]+)"`)
 

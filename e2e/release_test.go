@@ -38,13 +38,7 @@ func TestE2E_Release(t *testing.T) {
 	t.Parallel()
 	c := NewProcessCluster(t, ProcessConfig{Servers: 3, ServerConfig: clientServerConfig})
 	e, s := newClientEnv(t, c)
-	r := &releaseEnv{clientEnv: e, s: s, exts: map[string]string{}}
-	for i := range releaseVolumes {
-		id := volID(i)
-		res := r.cli(t, r.s, "volume create", r.writeSpec(t, id, `capacity_min = "1MiB"`))
-		must.Zero(t, res.Code, must.Sprint(res))
-		r.exts[id] = r.volume(t, r.s, id).ExternalID
-	}
+	r := &releaseEnv{clientEnv: e, s: s, exts: e.createVolumes(t, s, releaseVolumes)}
 
 	start := time.Now()
 	for _, step := range []struct {
@@ -73,9 +67,6 @@ const releaseVolumes = 3
 
 // secondJob is the job that claims the volumes after "web" released them.
 const secondJob = "web2"
-
-// volID is the volume allocation N of a per_alloc job claims.
-func volID(i int) string { return fmt.Sprintf("vol[%d]", i) }
 
 // releaseEnv is what the steps of TestE2E_Release share.
 type releaseEnv struct {
