@@ -139,6 +139,7 @@ func loseNodeAllocsTxn(txn *memdb.Txn, index uint64, now int64, nodeID string) e
 	if err != nil {
 		return err
 	}
+	jobs := map[[2]string]bool{}
 	for _, a := range allocs {
 		if a.ClientTerminal() {
 			continue
@@ -149,6 +150,19 @@ func loseNodeAllocsTxn(txn *memdb.Txn, index uint64, now int64, nodeID string) e
 		c.ModifyTime = now
 		if err := upsertAllocTxn(txn, index, c); err != nil {
 			return err
+		}
+		jobs[[2]string{a.Namespace, a.JobID}] = true
+	}
+	// The jobs' status follows their allocations', as in UpsertAllocs.
+	for key := range jobs {
+		job, err := jobByIDTxn(txn, nil, key[0], key[1])
+		if err != nil {
+			return err
+		}
+		if job != nil {
+			if err := refreshJobTxn(txn, index, job, nil); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

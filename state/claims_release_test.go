@@ -104,6 +104,9 @@ func TestRelease_JobStopAndNodeDown(t *testing.T) {
 		a, _ := s.AllocByID(nil, "a1")
 		must.Eq(t, structs.AllocClientStatusLost, a.ClientStatus)
 		must.NotNil(t, pastClaim(t, s, vol))
+		j, err := s.JobByID(nil, "default", "web")
+		must.NoError(t, err)
+		must.Eq(t, structs.JobStatusPending, j.Status, must.Sprint("nothing of the job runs any more"))
 	})
 }
 
