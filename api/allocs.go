@@ -10,20 +10,10 @@ func (c *Client) Allocations() *Allocations { return &Allocations{c: c} }
 
 // Info reads one allocation.
 func (a *Allocations) Info(id string, q *QueryOptions) (*structs.Allocation, *QueryMeta, error) {
-	var out structs.Allocation
-	qm, err := a.c.query("/v1/allocation/"+escape(id), q, &out)
-	if err != nil {
-		return nil, nil, err
-	}
-	return &out, qm, nil
+	return get[structs.Allocation](a.c, "/v1/allocation/"+escape(id), q)
 }
 
 // List returns allocations; q.Prefix filters them by ID.
 func (a *Allocations) List(q *QueryOptions) ([]*structs.Allocation, *QueryMeta, error) {
-	var out []*structs.Allocation
-	qm, err := a.c.query("/v1/allocations", q, &out)
-	if err != nil {
-		return nil, nil, err
-	}
-	return out, qm, nil
+	return list[*structs.Allocation](a.c, "/v1/allocations", q)
 }

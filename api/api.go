@@ -331,6 +331,26 @@ func (c *Client) query(path string, q *QueryOptions, out any) (*QueryMeta, error
 	return parseQueryMeta(h, rtt), nil
 }
 
+// get reads one object of type T from path.
+func get[T any](c *Client, path string, q *QueryOptions) (*T, *QueryMeta, error) {
+	var out T
+	qm, err := c.query(path, q, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &out, qm, nil
+}
+
+// list reads a list of T from path.
+func list[T any](c *Client, path string, q *QueryOptions) ([]T, *QueryMeta, error) {
+	var out []T
+	qm, err := c.query(path, q, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, qm, nil
+}
+
 // write runs a PUT, POST or DELETE and parses its metadata.
 func (c *Client) write(r *request, out any) (*WriteMeta, error) {
 	h, rtt, err := c.do(r, out)

@@ -51,30 +51,15 @@ func (j *Jobs) Deregister(id string, purge bool, w *WriteOptions) (*WriteMeta, e
 // Info reads one job, with its placement explanation. Mount flags of its
 // volume requests come back redacted.
 func (j *Jobs) Info(id string, q *QueryOptions) (*structs.Job, *QueryMeta, error) {
-	var out structs.Job
-	qm, err := j.c.query("/v1/job/"+escape(id), q, &out)
-	if err != nil {
-		return nil, nil, err
-	}
-	return &out, qm, nil
+	return get[structs.Job](j.c, "/v1/job/"+escape(id), q)
 }
 
 // List returns the job stubs; q.Prefix filters them by ID.
 func (j *Jobs) List(q *QueryOptions) ([]*structs.JobListStub, *QueryMeta, error) {
-	var out []*structs.JobListStub
-	qm, err := j.c.query("/v1/jobs", q, &out)
-	if err != nil {
-		return nil, nil, err
-	}
-	return out, qm, nil
+	return list[*structs.JobListStub](j.c, "/v1/jobs", q)
 }
 
 // Allocations returns the allocations of one job.
 func (j *Jobs) Allocations(id string, q *QueryOptions) ([]*structs.Allocation, *QueryMeta, error) {
-	var out []*structs.Allocation
-	qm, err := j.c.query("/v1/job/"+escape(id)+"/allocations", q, &out)
-	if err != nil {
-		return nil, nil, err
-	}
-	return out, qm, nil
+	return list[*structs.Allocation](j.c, "/v1/job/"+escape(id)+"/allocations", q)
 }

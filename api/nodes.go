@@ -10,20 +10,10 @@ func (c *Client) Nodes() *Nodes { return &Nodes{c: c} }
 
 // List returns the node stubs.
 func (n *Nodes) List(q *QueryOptions) ([]*structs.NodeListStub, *QueryMeta, error) {
-	var out []*structs.NodeListStub
-	qm, err := n.c.query("/v1/nodes", q, &out)
-	if err != nil {
-		return nil, nil, err
-	}
-	return out, qm, nil
+	return list[*structs.NodeListStub](n.c, "/v1/nodes", q)
 }
 
 // Info reads one node with its plugin fingerprints.
 func (n *Nodes) Info(id string, q *QueryOptions) (*structs.Node, *QueryMeta, error) {
-	var out structs.Node
-	qm, err := n.c.query("/v1/node/"+escape(id), q, &out)
-	if err != nil {
-		return nil, nil, err
-	}
-	return &out, qm, nil
+	return get[structs.Node](n.c, "/v1/node/"+escape(id), q)
 }

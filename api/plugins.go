@@ -26,10 +26,5 @@ func (p *Plugins) List(q *QueryOptions) ([]*structs.CSIPluginListStub, *QueryMet
 
 // Info reads one plugin with its controller and node instances.
 func (p *Plugins) Info(id string, q *QueryOptions) (*structs.CSIPlugin, *QueryMeta, error) {
-	var out structs.CSIPlugin
-	qm, err := p.c.query("/v1/plugin/csi/"+escape(id), q, &out)
-	if err != nil {
-		return nil, nil, err
-	}
-	return &out, qm, nil
+	return get[structs.CSIPlugin](p.c, "/v1/plugin/csi/"+escape(id), q)
 }

@@ -34,12 +34,7 @@ func (v *Volumes) List(q *QueryOptions) ([]*structs.CSIVolListStub, *QueryMeta, 
 // Info reads one volume. The server returns it sanitized: no secrets, mount
 // flags redacted, no publish contexts.
 func (v *Volumes) Info(id string, q *QueryOptions) (*structs.CSIVolume, *QueryMeta, error) {
-	var out structs.CSIVolume
-	qm, err := v.c.query("/v1/volume/csi/"+escape(id), q, &out)
-	if err != nil {
-		return nil, nil, err
-	}
-	return &out, qm, nil
+	return get[structs.CSIVolume](v.c, "/v1/volume/csi/"+escape(id), q)
 }
 
 // Register creates or updates volumes, all or nothing. The request goes to
