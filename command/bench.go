@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -244,10 +245,13 @@ func (c *BenchCommand) Run(args []string) int {
 	rep, err := bench.Run(ctx, cfg)
 	if rep != nil && len(rep.Results) > 0 || err == nil {
 		var b strings.Builder
+		write := rep.WriteTable
 		if asJSON {
-			rep.WriteJSON(&b)
-		} else {
-			rep.WriteTable(&b)
+			write = rep.WriteJSON
+		}
+		if werr := write(&b); werr != nil {
+			// Say so rather than pass a cut-off report for a whole one.
+			err = errors.Join(err, fmt.Errorf("writing the report: %w", werr))
 		}
 		c.Ui.Output(strings.TrimRight(b.String(), "\n"))
 	}
