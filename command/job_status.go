@@ -52,7 +52,7 @@ func (c *JobStatusCommand) Run(args []string) int {
 		find: c.lookupJob,
 		// The server redacts already; doing it again here means a mount flag
 		// cannot reach the terminal even from a server that forgot.
-		clean: redactJob,
+		clean: (*structs.Job).Sanitize,
 		detail: func(client *api.Client, job *structs.Job, verbose bool) int {
 			allocs, _, err := client.Jobs().Allocations(job.ID, &api.QueryOptions{Namespace: job.Namespace})
 			if err != nil {
@@ -115,20 +115,4 @@ func allocIndex(name string) int {
 		return -1
 	}
 	return n
-}
-
-// redactJob returns a copy of j whose volume requests show no mount flags.
-func redactJob(j *structs.Job) *structs.Job {
-	c := j.Copy()
-	for _, tg := range c.TaskGroups {
-		if tg == nil {
-			continue
-		}
-		for _, req := range tg.Volumes {
-			if req != nil {
-				req.MountOptions = req.MountOptions.Redacted()
-			}
-		}
-	}
-	return c
 }

@@ -35,7 +35,7 @@ func (e *Job) Register(args *structs.JobRegisterRequest, reply *structs.JobRegis
 		return err
 	}
 	// Server-owned fields never come from the caller.
-	job.Status, job.Placement, job.Stop = "", nil, false
+	job.ClearServerFields()
 	args.Job = job
 	args.Timestamp = structs.NowNano()
 	_, index, err := e.srv.raftApply(structs.JobRegisterRequestType, args)

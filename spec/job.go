@@ -277,7 +277,7 @@ func parseJobJSON(filename string, src []byte) (*structs.Job, error) {
 	if err := explicitZeroCount(filename, &job, obj); err != nil {
 		return nil, err
 	}
-	clearServerFields(&job)
+	job.ClearServerFields()
 	return &job, nil
 }
 
@@ -300,14 +300,4 @@ func explicitZeroCount(filename string, job *structs.Job, obj []byte) error {
 		}
 	}
 	return nil
-}
-
-// clearServerFields drops what only the servers may set on a job.
-func clearServerFields(j *structs.Job) {
-	j.Stop = false
-	j.Status = ""
-	j.Version = 0
-	j.Placement = nil
-	j.SubmitTime = 0
-	j.CreateIndex, j.ModifyIndex, j.JobModifyIndex = 0, 0, 0
 }

@@ -312,3 +312,31 @@ type AllocListResponse struct {
 	Allocations []*Allocation
 	QueryMeta
 }
+
+// Sanitize returns a copy fit for an API response: volume mount flags
+// redacted, as a volume's are.
+func (j *Job) Sanitize() *Job {
+	c := j.Copy()
+	for _, tg := range c.TaskGroups {
+		if tg == nil {
+			continue
+		}
+		for _, req := range tg.Volumes {
+			if req != nil {
+				req.MountOptions = req.MountOptions.Redacted()
+			}
+		}
+	}
+	return c
+}
+
+// ClearServerFields zeroes what only the servers set (status, placement,
+// stop, version, indexes), so a submitted job never carries them.
+func (j *Job) ClearServerFields() {
+	j.Stop = false
+	j.Status = ""
+	j.Version = 0
+	j.Placement = nil
+	j.SubmitTime = 0
+	j.CreateIndex, j.ModifyIndex, j.JobModifyIndex = 0, 0, 0
+}

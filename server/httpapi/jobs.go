@@ -47,7 +47,7 @@ func (h *handler) jobRegister(w http.ResponseWriter, r *http.Request) (any, erro
 			return nil, structs.ErrInvalid("job ID %q in the body does not match %q in the path", job.ID, pathID)
 		}
 	}
-	clearServerFields(job)
+	job.ClearServerFields()
 	// The job's own namespace wins, then ?namespace, then the default; the
 	// request is then made in the job's namespace.
 	if job.Namespace == "" {
@@ -63,17 +63,6 @@ func (h *handler) jobRegister(w http.ResponseWriter, r *http.Request) (any, erro
 	}
 	setIndex(w, reply.Index)
 	return &JobWriteResponse{Warnings: reply.Warnings, Index: reply.Index}, nil
-}
-
-// clearServerFields drops what only the servers may set, so that a job read
-// back with GET can be registered again as it is.
-func clearServerFields(j *structs.Job) {
-	j.Stop = false
-	j.Status = ""
-	j.Version = 0
-	j.Placement = nil
-	j.SubmitTime = 0
-	j.CreateIndex, j.ModifyIndex, j.JobModifyIndex = 0, 0, 0
 }
 
 // jobDeregister serves DELETE /v1/job/:id[?purge=true].
@@ -122,24 +111,7 @@ func (h *handler) jobGet(w http.ResponseWriter, r *http.Request) (any, error) {
 	if reply.Job == nil {
 		return nil, structs.ErrNotFound("job %q not found", args.JobID)
 	}
-	return redactJob(reply.Job), nil
-}
-
-// redactJob returns a copy of j whose volume requests' mount flags are
-// replaced by a marker: like a volume's, they may carry credentials.
-func redactJob(j *structs.Job) *structs.Job {
-	c := j.Copy()
-	for _, tg := range c.TaskGroups {
-		if tg == nil {
-			continue
-		}
-		for _, req := range tg.Volumes {
-			if req != nil {
-				req.MountOptions = req.MountOptions.Redacted()
-			}
-		}
-	}
-	return c
+	return reply.Job.Sanitize(), nil
 }
 
 // jobAllocations serves GET /v1/job/:id/allocations: a bare array, empty
