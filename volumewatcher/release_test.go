@@ -451,8 +451,13 @@ func TestWatcher_Release(t *testing.T) {
 				{
 					name: "both attempts are due",
 					do: func(t *testing.T, h *harness) {
-						h.clock.AdvanceTo(h.nextAttempt("a1"))
-						h.clock.AdvanceTo(h.nextAttempt("a2"))
+						// Both times are read before the clock moves: once
+						// the earlier is due the watcher may free that claim.
+						a1, a2 := h.nextAttempt("a1"), h.nextAttempt("a2")
+						if a2.After(a1) {
+							a1 = a2
+						}
+						h.clock.AdvanceTo(a1)
 					},
 					calls: []string{nodeCall("a1", "client"), ctrlCall("client"), nodeCall("a2", "client2"), ctrlCall("client2")},
 					check: func(t *testing.T, h *harness) {
