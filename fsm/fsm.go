@@ -101,4 +101,24 @@ func (f *FSM) Apply(log *raft.Log) any {
 	return apply(f, f.State(), log.Index, log.Data[1:])
 }
 
-var _ raft.FSM = (*FSM)(nil)
+// ApplyBatch applies the entries Raft committed together (raft.BatchingFSM)
+// and returns a response for each, as Apply would have. Runs of volume
+// register entries share one state transaction (applyRegisterRun); every
+// other command entry is applied on its own. Configuration entries, which
+// Raft hands a batching FSM too, change nothing here.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
+	resps := make([]any, len(logs))
+	for i := 0; i < len(logs); {
+		if n := f.applyRegisterRun(logs[i:], resps[i:]); n > 0 {
+			i += n
+			continue
+		}
+		if logs[i].Type == raft.LogCommand {
+			resps[i] = f.Apply(logs[i])
+		}
+		i++
+	}
+	return resps
+}
+
+var _ raft.BatchingFSM = (*FSM)(nil)

@@ -1,8 +1,8 @@
 package structs
 
 import (
-	"bytes"
 	"fmt"
+	"sync"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 )
@@ -116,17 +116,48 @@ var MsgpackHandle = func() *codec.MsgpackHandle {
 	return h
 }()
 
+// Encoders and decoders are pooled: each holds buffers and type caches worth
+// several kilobytes, and every server encodes or decodes every Raft entry.
+var (
+	encoders = sync.Pool{New: func() any { return &pooledEncoder{enc: codec.NewEncoderBytes(nil, MsgpackHandle)} }}
+	decoders = sync.Pool{New: func() any { return codec.NewDecoderBytes(nil, MsgpackHandle) }}
+)
+
+// pooledEncoder is an encoder with the scratch buffer it writes into.
+type pooledEncoder struct {
+	enc *codec.Encoder
+	buf []byte
+}
+
+// maxPooledEncodeBuf bounds the scratch buffer a pooled encoder keeps, so
+// one large snapshot-sized message does not pin its memory in the pool.
+const maxPooledEncodeBuf = 64 << 10
+
 // Encode writes a Raft log entry: the message type byte, then the msgpack body.
 func Encode(t MessageType, msg any) ([]byte, error) {
-	var buf bytes.Buffer
-	buf.WriteByte(uint8(t))
-	if err := codec.NewEncoder(&buf, MsgpackHandle).Encode(msg); err != nil {
-		return nil, err
+	pe := encoders.Get().(*pooledEncoder)
+	pe.buf = pe.buf[:0]
+	pe.enc.ResetBytes(&pe.buf)
+	err := pe.enc.Encode(msg)
+	var out []byte
+	if err == nil {
+		out = make([]byte, 1+len(pe.buf))
+		out[0] = uint8(t)
+		copy(out[1:], pe.buf)
 	}
-	return buf.Bytes(), nil
+	if cap(pe.buf) <= maxPooledEncodeBuf {
+		encoders.Put(pe)
+	}
+	return out, err
 }
 
 // Decode reads a msgpack body (without the type byte) into out.
 func Decode(buf []byte, out any) error {
-	return codec.NewDecoder(bytes.NewReader(buf), MsgpackHandle).Decode(out)
+	if buf == nil {
+		buf = []byte{} // ResetBytes(nil) would leave the previous input in place
+	}
+	dec := decoders.Get().(*codec.Decoder)
+	defer decoders.Put(dec)
+	dec.ResetBytes(buf)
+	return dec.Decode(out)
 }

@@ -220,3 +220,27 @@ func TestMsgpackHandle_CodecTagsOnly(t *testing.T) {
 	slices.Sort(keys)
 	must.Eq(t, []string{"Named", "Secret"}, keys, must.Sprint("json tags must not shape the msgpack wire"))
 }
+
+// Encoders and decoders are pooled: one call's input or output must never
+// show through in the next.
+func TestEncodeDecode_PooledCodecsKeepNoState(t *testing.T) {
+	big := &NodeRegisterRequest{Node: testNode()}
+	big.Node.Attributes = map[string]string{"padding": strings.Repeat("x", 2048)}
+	bigBuf, err := Encode(NodeRegisterRequestType, big)
+	must.NoError(t, err)
+	small := &CSIVolumeDeregisterRequest{VolumeIDs: []string{"v1"}}
+	for range 10 {
+		var got NodeRegisterRequest
+		must.NoError(t, Decode(bigBuf[1:], &got))
+		must.Eq(t, big.Node.Attributes, got.Node.Attributes)
+		must.Error(t, Decode(nil, &NodeRegisterRequest{}), must.Sprint("an empty body after a full one"))
+
+		buf, err := Encode(CSIVolumeDeregisterRequestType, small)
+		must.NoError(t, err)
+		must.Eq(t, byte(CSIVolumeDeregisterRequestType), buf[0])
+		must.Less(t, len(bigBuf)/2, len(buf), must.Sprint("a small entry after a large one"))
+		var gotSmall CSIVolumeDeregisterRequest
+		must.NoError(t, Decode(buf[1:], &gotSmall))
+		must.Eq(t, small, &gotSmall)
+	}
+}

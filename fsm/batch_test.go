@@ -1,0 +1,154 @@
+package fsm
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"github.com/shoenig/test/must"
+
+	"github.com/volplane/volplane/state"
+	"github.com/volplane/volplane/structs"
+)
+
+// TestApplyBatch_SameAsOneByOne applies one log through ApplyBatch, in
+// batches of every size, and through Apply entry by entry, and finds the
+// same responses, the same rows, the same table indexes and the same events
+// (in order, by type and key) either way: batching is an optimisation of how
+// the entries are applied, never of what they do.
+func TestApplyBatch_SameAsOneByOne(t *testing.T) {
+	entry := func(index uint64, mt structs.MessageType, req any) *raft.Log {
+		buf, err := structs.Encode(mt, req)
+		must.NoError(t, err)
+		return &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: buf}
+	}
+	register := func(index uint64, vols ...*structs.CSIVolume) *raft.Log {
+		return entry(index, structs.CSIVolumeRegisterRequestType, &structs.CSIVolumeRegisterRequest{
+			Volumes: vols, Timestamp: int64(index) * 1000,
+			WriteRequest: structs.WriteRequest{Namespace: "prod"},
+		})
+	}
+	updated := testVolume("", "vol-a", "p")
+	updated.Context = map[string]string{"generation": "2"}
+	logs := []*raft.Log{
+		entry(10, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: testNode("n1", "p")}),
+		register(11, testVolume("", "vol-a", "p")),
+		register(12, testVolume(ns, "vol-b", "p"), testVolume("", "vol-c", "p")),
+		register(13, updated), // vol-a again: a new run
+		{Index: 14, Term: 1, Type: raft.LogConfiguration, Data: []byte{0xde, 0xad}},
+		register(15, testVolume("", "vol-d", "missing")), // refused: the run falls back
+		register(16, testVolume("", "vol-e", "p")),       // applied after the refusal
+		register(17, testVolume("", "vol-e", "p")),       // unchanged: no new version
+		entry(18, structs.CSIVolumeDeregisterRequestType, &structs.CSIVolumeDeregisterRequest{VolumeIDs: []string{"vol-b"}}),
+		register(19, testVolume("", "vol-f", "p"), testVolume("", "vol-f", "p")), // twice in one entry
+		register(20, nil), // refused before the store
+		register(21, testVolume("", "vol-g", "missing")), // refused alone
+		register(22, testVolume("", "vol-h", "p")),
+		{Index: 23, Term: 1, Type: raft.LogBarrier},
+		register(24, testVolume("", "vol-i", "p")),
+	}
+	// The last event both sides publish, read up to in each.
+	last := register(30, testVolume("", "vol-last", "p"))
+
+	ref := testFSM(t)
+	refSub, err := ref.State().Events().Subscribe(nil, 0)
+	must.NoError(t, err)
+	var want []any
+	for _, l := range logs {
+		if l.Type == raft.LogCommand {
+			want = append(want, ref.Apply(l))
+		} else {
+			want = append(want, nil)
+		}
+	}
+	must.Nil(t, ref.Apply(last))
+	wantEvents := eventsUpTo(t, refSub, "vol-last")
+	must.NotNil(t, want[5], must.Sprint("the unknown plugin is refused"))
+	must.NotNil(t, want[10], must.Sprint("the empty volume is refused"))
+
+	for _, size := range []int{1, 2, 3, 4, 7, len(logs)} {
+		t.Run(fmt.Sprintf("batches of %d", size), func(t *testing.T) {
+			f := testFSM(t)
+			sub, err := f.State().Events().Subscribe(nil, 0)
+			must.NoError(t, err)
+			var got []any
+			for i := 0; i < len(logs); i += size {
+				resps := f.ApplyBatch(logs[i:min(i+size, len(logs))])
+				must.Len(t, min(size, len(logs)-i), resps)
+				got = append(got, resps...)
+			}
+			must.Nil(t, f.ApplyBatch([]*raft.Log{last})[0])
+
+			for i := range want {
+				must.Eq(t, fmt.Sprint(want[i]), fmt.Sprint(got[i]), must.Sprintf("response to entry %d", logs[i].Index))
+			}
+			must.Eq(t, volumes(t, ref.State()), volumes(t, f.State()))
+			for _, table := range []string{state.TableCSIVolumes, state.TableNodes, state.TableCSIPlugins} {
+				refIndex, err := ref.State().Index(table)
+				must.NoError(t, err)
+				gotIndex, err := f.State().Index(table)
+				must.NoError(t, err)
+				must.Eq(t, refIndex, gotIndex, must.Sprintf("index of %s", table))
+			}
+			must.Eq(t, wantEvents, eventsUpTo(t, sub, "vol-last"))
+		})
+	}
+}
+
+func volumes(t *testing.T, st *state.StateStore) []*structs.CSIVolume {
+	t.Helper()
+	iter, err := st.CSIVolumesByNamespace(nil, state.AllNamespaces, "")
+	must.NoError(t, err)
+	var out []*structs.CSIVolume
+	for raw := iter.Next(); raw != nil; raw = iter.Next() {
+		out = append(out, raw.(*structs.CSIVolume))
+	}
+	return out
+}
+
+// eventsUpTo reads a subscription's events up to the one of volume key,
+// as "type key" strings.
+func eventsUpTo(t *testing.T, sub *state.Subscription, key string) []string {
+	t.Helper()
+	defer sub.Close()
+	var out []string
+	for {
+		ev, err := sub.Next(context.Background())
+		must.NoError(t, err)
+		out = append(out, ev.Type+" "+ev.Namespace+"/"+ev.Key)
+		if ev.Topic == state.TopicCSIVolume && ev.Key == key {
+			return out
+		}
+	}
+}
+
+// TestApplyBatch_ConfigurationOnly: Raft hands a batching FSM its
+// configuration entries too; they change nothing and answer nil.
+func TestApplyBatch_ConfigurationOnly(t *testing.T) {
+	f := testFSM(t)
+	resps := f.ApplyBatch([]*raft.Log{{Index: 1, Type: raft.LogConfiguration, Data: []byte{1, 2, 3}}})
+	must.Eq(t, []any{nil}, resps)
+	idx, err := f.State().LatestIndex()
+	must.NoError(t, err)
+	must.Zero(t, idx)
+}
+
+// TestApplyBatch_UndecodablePanics: an entry that does not decode stops
+// the FSM inside a batch as it does alone, after the entries before it.
+func TestApplyBatch_UndecodablePanics(t *testing.T) {
+	f := testFSM(t)
+	mustApply(t, f, 1, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: testNode("n1", "p")})
+	good, err := structs.Encode(structs.CSIVolumeRegisterRequestType,
+		&structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{testVolume(ns, "vol", "p")}})
+	must.NoError(t, err)
+	must.Panic(t, func() {
+		f.ApplyBatch([]*raft.Log{
+			{Index: 2, Type: raft.LogCommand, Data: good},
+			{Index: 3, Type: raft.LogCommand, Data: []byte{byte(structs.CSIVolumeRegisterRequestType), 0xc1}},
+		})
+	})
+	v, err := f.State().CSIVolumeByID(nil, ns, "vol")
+	must.NoError(t, err)
+	must.NotNil(t, v)
+}
