@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -24,7 +25,7 @@ func TestBenchSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two 3-server clusters with production Raft timing")
 	}
-	dir := t.TempDir()
+	dir, profDir := t.TempDir(), t.TempDir()
 	// The command listens for interrupts; the goroutine that receives
 	// signals, once started, lives as long as the process.
 	sig := make(chan os.Signal, 1)
@@ -39,9 +40,15 @@ func TestBenchSmoke(t *testing.T) {
 		"-claim-ops=40", "-claim-serial-ops=20", "-refused-claims=30",
 		"-release-volumes=20", "-scale-volumes=200", "-scale-stuck=5", "-scale-ops=40", "-scale-claim-ops=40",
 		"-scale-rounds=2", "-phases=all",
-		"-breakdown", "-dir=" + dir, "-log-level=warn"}, ui)
+		"-breakdown", "-dir=" + dir, "-log-level=warn",
+		"-memprofile=" + filepath.Join(profDir, "allocs.pprof")}, ui)
 	if code != 0 {
 		t.Fatalf("exit code %d; stderr:\n%s", code, ui.ErrorWriter.String())
+	}
+	// pprof profiles are gzipped protocol buffers.
+	prof, err := os.ReadFile(filepath.Join(profDir, "allocs.pprof"))
+	if err != nil || len(prof) < 2 || prof[0] != 0x1f || prof[1] != 0x8b {
+		t.Fatalf("no allocation profile written (err %v, %d bytes)", err, len(prof))
 	}
 
 	var rep struct {

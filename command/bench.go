@@ -151,6 +151,9 @@ Options:
   -cpuprofile=FILE   Write a CPU profile of the whole run. Samples carry the
                      label cluster=volplane or cluster=baseline (pprof
                      -tagfocus) for the goroutines of each side.
+  -memprofile=FILE   Write an allocation profile of the whole run at its
+                     end (pprof -sample_index=alloc_space), with the same
+                     labels.
   -log-level=LEVEL   Log level of the servers and Raft, to stderr (default
                      error).
 `, bench.TargetThroughputRatio, bench.TargetP99Ratio, bench.ClaimTargetThroughputRatio, bench.TargetP99Ratio,
@@ -165,8 +168,8 @@ Options:
 func (c *BenchCommand) Run(args []string) int {
 	cfg := bench.DefaultConfig()
 	var (
-		listSizes, phases, cpuProfile, logLevel string
-		asJSON, strict                          bool
+		listSizes, phases, cpuProfile, memProfile, logLevel string
+		asJSON, strict                                      bool
 	)
 	f := c.FlagSet("bench", 0)
 	f.IntVar(&cfg.Ops, "ops", cfg.Ops, "")
@@ -191,6 +194,7 @@ func (c *BenchCommand) Run(args []string) int {
 	f.BoolVar(&asJSON, "json", false, "")
 	f.BoolVar(&strict, "strict", false, "")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "")
+	f.StringVar(&memProfile, "memprofile", "", "")
 	f.StringVar(&logLevel, "log-level", "error", "")
 	if ok, code := c.Parse(c, f, args); !ok {
 		return code
@@ -238,6 +242,17 @@ func (c *BenchCommand) Run(args []string) int {
 		defer pprof.StopCPUProfile()
 	}
 
+	if memProfile != "" {
+		// Written at the end, after the clusters are gone: what the run
+		// allocated (alloc_space, alloc_objects) is what drives the
+		// collector, whose mark phases are where the tail latency goes.
+		defer func() {
+			if err := writeHeapProfile(memProfile); err != nil {
+				c.Ui.Error("Error writing the memory profile: " + err.Error())
+			}
+		}()
+	}
+
 	// An interrupt stops the run, which still shuts its clusters down and
 	// removes their data dirs.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -263,6 +278,18 @@ func (c *BenchCommand) Run(args []string) int {
 		return 2
 	}
 	return 0
+}
+
+func writeHeapProfile(path string) error {
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(out, 0); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // uiLineWriter sends progress lines to the UI's error stream, so that
