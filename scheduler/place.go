@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/volplane/volplane/scheduler/feasibility"
 	"github.com/volplane/volplane/structs"
@@ -46,10 +47,16 @@ import (
 // that is returned always carries the whole Placement and at least one
 // change.
 //
+// Failed allocations: the slot of an allocation that failed under the job's
+// current version is placed again only once reschedule's delay has passed
+// since the failure (the allocation's ModifyTime); until then the group says
+// so in Blocked and its NextPlacement is the earliest such time, for the
+// caller to come back then.
+//
 // newID gives the IDs of new allocations; now stamps them and is the plan's
 // Timestamp. State read errors are returned, with no plan.
 func Place(st feasibility.State, nodes []*structs.Node, job *structs.Job, existing []*structs.Allocation,
-	now int64, newID func() string) (*structs.PlanApplyRequest, error) {
+	now int64, reschedule ReschedulePolicy, newID func() string) (*structs.PlanApplyRequest, error) {
 	if job == nil {
 		return nil, errors.New("scheduler: no job to place")
 	}
@@ -58,6 +65,7 @@ func Place(st feasibility.State, nodes []*structs.Node, job *structs.Job, existi
 		ctx:       feasibility.NewContext(st, job),
 		nodes:     sortNodes(nodes),
 		now:       now,
+		policy:    reschedule,
 		newID:     newID,
 		perNode:   map[string]int{},
 		groups:    map[string]*groupAllocs{},
@@ -102,11 +110,12 @@ func NoChange(plan *structs.PlanApplyRequest) bool {
 }
 
 type placer struct {
-	job   *structs.Job
-	ctx   *feasibility.Context
-	nodes []*structs.Node
-	now   int64
-	newID func() string
+	job    *structs.Job
+	ctx    *feasibility.Context
+	nodes  []*structs.Node
+	now    int64
+	policy ReschedulePolicy
+	newID  func() string
 
 	// changed are the stopped and the new allocations, in that order.
 	changed []*structs.Allocation
@@ -123,12 +132,20 @@ type groupAllocs struct {
 	kept map[string]*structs.Allocation
 	// done are slots whose batch allocation completed.
 	done map[string]bool
+	// failed are, by slot, the failures under the job's current version.
+	failed map[string]failures
+}
+
+// failures counts a slot's failed allocations and when the last one failed.
+type failures struct {
+	count int
+	last  int64
 }
 
 func (p *placer) group(name string) *groupAllocs {
 	g := p.groups[name]
 	if g == nil {
-		g = &groupAllocs{kept: map[string]*structs.Allocation{}, done: map[string]bool{}}
+		g = &groupAllocs{kept: map[string]*structs.Allocation{}, done: map[string]bool{}, failed: map[string]failures{}}
 		p.groups[name] = g
 	}
 	return g
@@ -161,6 +178,11 @@ func (p *placer) reconcile(existing []*structs.Allocation) {
 			continue
 		}
 		if a.Terminal() {
+			if tg != nil && a.ClientStatus == structs.AllocClientStatusFailed && a.JobVersion == p.job.Version {
+				g := p.group(tg.Name)
+				f := g.failed[p.slot(a)]
+				g.failed[p.slot(a)] = failures{count: f.count + 1, last: max(f.last, a.ModifyTime)}
+			}
 			continue
 		}
 		why := p.stopReason(a, tg)
@@ -217,6 +239,9 @@ func (p *placer) placeCount(tg *structs.TaskGroup, gp *structs.GroupPlacement) {
 			gp.Placed++
 			continue
 		}
+		if p.delayed(g, name, name, gp) {
+			continue
+		}
 		stack := feasibility.NewStack(p.ctx, tg, name)
 		if missing := stack.Missing(); len(missing) > 0 {
 			// A missing volume blocks the allocation on every node: say so
@@ -244,9 +269,13 @@ func (p *placer) placeCount(tg *structs.TaskGroup, gp *structs.GroupPlacement) {
 func (p *placer) placeSystem(tg *structs.TaskGroup, gp *structs.GroupPlacement) {
 	g := p.group(tg.Name)
 	name := structs.AllocName(p.job.ID, tg.Name, 0)
-	placed := 0
+	placed, delayed := 0, 0
 	for _, n := range p.nodes {
 		if g.kept[n.ID] != nil || g.done[n.ID] {
+			continue
+		}
+		if p.delayed(g, n.ID, name+" on node "+n.ID, gp) {
+			delayed++
 			continue
 		}
 		// A stack per node: each placement changes what the next one sees
@@ -268,8 +297,35 @@ func (p *placer) placeSystem(tg *structs.TaskGroup, gp *structs.GroupPlacement) 
 		p.place(tg, name, n)
 		placed++
 	}
-	gp.Desired = len(g.kept) + len(g.done) + placed
-	gp.Placed = gp.Desired
+	gp.Placed = len(g.kept) + len(g.done) + placed
+	gp.Desired = gp.Placed + delayed
+}
+
+// delayed reports whether the slot's replacement must wait for the
+// reschedule delay of its failures, and then says so in the group's
+// placement: what failed, how often, and until when it waits.
+func (p *placer) delayed(g *groupAllocs, slot, what string, gp *structs.GroupPlacement) bool {
+	f := g.failed[slot]
+	if f.count == 0 {
+		return false
+	}
+	at := f.last + int64(p.policy.Delay(f.count))
+	if at <= p.now {
+		return false
+	}
+	addReason(gp, fmt.Sprintf("allocation %s failed %s; it is replaced after %s",
+		what, times(f.count), time.Unix(0, at).UTC().Format(time.RFC3339)))
+	if gp.NextPlacement == 0 || at < gp.NextPlacement {
+		gp.NextPlacement = at
+	}
+	return true
+}
+
+func times(n int) string {
+	if n == 1 {
+		return "once"
+	}
+	return fmt.Sprintf("%d times", n)
 }
 
 // best returns the feasible node with the fewest allocations of the job,

@@ -2,8 +2,8 @@ package scheduler_test
 
 import (
 	"errors"
-
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-memdb"
 	"github.com/shoenig/test/must"
@@ -25,6 +25,9 @@ type harness struct {
 	t   *testing.T
 	s   *schedtest.Store
 	ids func() string
+	// reschedule is the zero policy (failed allocations replaced at once)
+	// unless a test sets one.
+	reschedule scheduler.ReschedulePolicy
 }
 
 func newHarness(t *testing.T, nodes ...*structs.Node) *harness {
@@ -47,7 +50,7 @@ func (h *harness) place(job *structs.Job) *structs.PlanApplyRequest {
 	h.t.Helper()
 	allocs, err := h.s.AllocsByJob(nil, job.Namespace, job.ID)
 	must.NoError(h.t, err)
-	plan, err := scheduler.Place(h.s, h.s.AllNodes(), job, allocs, now, h.ids)
+	plan, err := scheduler.Place(h.s, h.s.AllNodes(), job, allocs, now, h.reschedule, h.ids)
 	must.NoError(h.t, err)
 	must.Eq(h.t, plan == nil, scheduler.NoChange(plan))
 	if plan != nil {
@@ -443,7 +446,111 @@ func (failing) CSIVolumeByID(memdb.WatchSet, string, string) (*structs.CSIVolume
 func TestPlace_StateError(t *testing.T) {
 	h := newHarness(t, devNodes("n1")...)
 	job := schedtest.Job("web", structs.JobTypeService, 1, schedtest.Writer("vol", snw))
-	plan, err := scheduler.Place(failing{h.s}, h.s.AllNodes(), job, nil, now, h.ids)
+	plan, err := scheduler.Place(failing{h.s}, h.s.AllNodes(), job, nil, now, scheduler.ReschedulePolicy{}, h.ids)
 	must.ErrorContains(t, err, "store closed")
 	must.Nil(t, plan)
+}
+
+// A failed allocation's slot is placed again only after the reschedule
+// delay, which doubles with each failure of the slot under the job's
+// version up to the maximum; meanwhile the group says why and when.
+func TestPlace_FailedReplacementDelayed(t *testing.T) {
+	const sec = int64(time.Second)
+	h := newHarness(t, devNodes("n1", "n2")...)
+	policy := scheduler.ReschedulePolicy{BaseDelay: 10 * time.Second, MaxDelay: 25 * time.Second}
+	job := h.register(schedtest.Job("web", structs.JobTypeService, 2))
+	h.run(job)
+
+	placeAt := func(at int64) *structs.PlanApplyRequest {
+		t.Helper()
+		allocs, err := h.s.AllocsByJob(nil, job.Namespace, job.ID)
+		must.NoError(t, err)
+		plan, err := scheduler.Place(h.s, h.s.AllNodes(), job, allocs, at, policy, h.ids)
+		must.NoError(t, err)
+		return plan
+	}
+	// fail marks the running allocation of slot web.g[0] failed at a time.
+	fail := func(at int64) {
+		t.Helper()
+		allocs, err := h.s.AllocsByJob(nil, job.Namespace, job.ID)
+		must.NoError(t, err)
+		for _, a := range allocs {
+			if a.Name == "web.g[0]" && !a.Terminal() {
+				f := a.Copy()
+				f.ClientStatus, f.ModifyTime = structs.AllocClientStatusFailed, at
+				h.s.Allocs(f)
+				return
+			}
+		}
+		t.Fatal("no live web.g[0]")
+	}
+	waits := func(plan *structs.PlanApplyRequest, failures string, until int64) {
+		t.Helper()
+		must.MapEmpty(t, where(plan))
+		gp := plan.Placement["g"]
+		must.Eq(t, 2, gp.Desired)
+		must.Eq(t, 1, gp.Placed)
+		must.Eq(t, []string{"allocation web.g[0] failed " + failures + "; it is replaced after " +
+			time.Unix(0, until).UTC().Format(time.RFC3339)}, gp.Blocked)
+		must.Eq(t, until, gp.NextPlacement)
+	}
+	apply := func(plan *structs.PlanApplyRequest) {
+		h.s.ApplyPlan(plan)
+		*job = *h.s.Job(job.ID)
+	}
+
+	fail(now)
+	plan := placeAt(now + 5*sec)
+	waits(plan, "once", now+10*sec)
+	apply(plan)
+	must.Nil(t, placeAt(now+9*sec), must.Sprint("the same wait is no change"))
+	plan = placeAt(now + 10*sec)
+	must.Eq(t, map[string]string{"web.g[0]": "n1"}, where(plan))
+	must.Zero(t, plan.Placement["g"].NextPlacement)
+	apply(plan)
+
+	fail(now + 20*sec)
+	waits(placeAt(now+39*sec), "2 times", now+40*sec)
+	apply(placeAt(now + 40*sec))
+	fail(now + 50*sec)
+	waits(placeAt(now+50*sec), "3 times", now+75*sec) // 40 s capped at 25 s
+
+	// A new version of the job starts the count again: its first
+	// allocation of the slot is placed at once.
+	job.TaskGroups[0].Tasks[0].Config.Command = "/usr/bin/env"
+	job = h.register(job)
+	must.Eq(t, uint64(1), job.Version)
+	plan = placeAt(now + 51*sec)
+	must.Eq(t, map[string]string{"web.g[0]": "n1", "web.g[1]": "n2"}, where(plan))
+}
+
+// A system job's failed allocation waits on its node; the other nodes are
+// placed, and the waiting one counts as desired but not placed.
+func TestPlace_SystemFailedReplacementDelayed(t *testing.T) {
+	h := newHarness(t, devNodes("n1", "n2")...)
+	h.reschedule = scheduler.ReschedulePolicy{BaseDelay: time.Minute}
+	job := h.register(schedtest.Job("sys", structs.JobTypeSystem, 1))
+	plan := h.run(job)
+	must.Len(t, 2, plan.Allocs)
+	f := plan.Allocs[0].Copy()
+	f.ClientStatus, f.ModifyTime = structs.AllocClientStatusFailed, now
+	h.s.Allocs(f)
+
+	plan = h.place(job)
+	must.MapEmpty(t, where(plan))
+	mustPlacement(t, plan, 2, 1, "allocation sys.g[0] on node "+f.NodeID+" failed once; it is replaced after "+
+		time.Unix(0, now+int64(time.Minute)).UTC().Format(time.RFC3339))
+}
+
+func TestReschedulePolicy_Delay(t *testing.T) {
+	p := scheduler.ReschedulePolicy{BaseDelay: 30 * time.Second, MaxDelay: time.Hour}
+	for failures, want := range map[int]time.Duration{
+		1: 30 * time.Second, 2: time.Minute, 3: 2 * time.Minute, 7: 32 * time.Minute, 8: time.Hour, 1000: time.Hour,
+	} {
+		must.Eq(t, want, p.Delay(failures), must.Sprintf("after %d failures", failures))
+	}
+	must.Eq(t, 30*time.Second, scheduler.ReschedulePolicy{BaseDelay: 30 * time.Second}.Delay(5),
+		must.Sprint("a maximum below the base keeps the base"))
+	must.Zero(t, scheduler.ReschedulePolicy{}.Delay(3))
+	must.Eq(t, scheduler.ReschedulePolicy{BaseDelay: 30 * time.Second, MaxDelay: time.Hour}, scheduler.DefaultReschedulePolicy)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/scheduler"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
@@ -278,4 +279,60 @@ func TestPlacer_WaitsForVolumeThenPlaces(t *testing.T) {
 	allocs, _ := s.State().AllocsByJob(nil, structs.DefaultNamespace, "waiting")
 	must.Len(t, 1, allocs)
 	must.Eq(t, structs.AllocDesiredStatusStop, allocs[0].DesiredStatus)
+}
+
+// A failed allocation is replaced only after the reschedule delay: the job
+// says why and until when, and the placer wakes on its own at that time,
+// with no other change to the state.
+func TestPlacer_FailedAllocationReplacedAfterDelay(t *testing.T) {
+	const delay = 1500 * time.Millisecond
+	s := TestServer(t, func(c *Config) {
+		c.ReschedulePolicy = scheduler.ReschedulePolicy{BaseDelay: delay, MaxDelay: time.Minute}
+	})
+	WaitForLeader(t, s)
+	node := testutil.NodeWithController("dev")
+	connectAgent(t, s, node, &agentEndpoint{})
+	registerVolume(t, s, namedVolume("data"))
+	req := &structs.VolumeRequest{Source: "data", AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter}
+	must.NoError(t, registerJob(t, s, volumeJob("crashy", 1, req)))
+	first := waitPlaced(t, s, "crashy", 1)["crashy.g[0]"]
+
+	update := &structs.NodeUpdateAllocRequest{NodeID: node.ID, SecretID: node.SecretID, Allocs: []*structs.AllocClientUpdate{{
+		ID: first.ID, ClientStatus: structs.AllocClientStatusFailed, ClientDescription: "task t: exit code 1",
+	}}}
+	must.NoError(t, s.RPC("Node.UpdateAlloc", update, &structs.GenericResponse{}))
+	failed, err := s.State().AllocByID(nil, first.ID)
+	must.NoError(t, err)
+	until := failed.ModifyTime + int64(delay)
+
+	// The job and its allocations are read from one snapshot, so that what
+	// the job says and what was placed are of the same moment.
+	var job *structs.Job
+	var allocs []*structs.Allocation
+	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
+		snap, err := s.State().Snapshot()
+		if err != nil {
+			return false, err
+		}
+		job, err = snap.JobByID(nil, structs.DefaultNamespace, "crashy")
+		if err != nil || job == nil || job.Placement["g"] == nil {
+			return false, err
+		}
+		if allocs, err = snap.AllocsByJob(nil, structs.DefaultNamespace, "crashy"); err != nil {
+			return false, err
+		}
+		return job.Placement["g"].NextPlacement == until, fmt.Errorf("placement %+v", placementOf(job))
+	})
+	gp := job.Placement["g"]
+	must.Eq(t, []string{"allocation crashy.g[0] failed once; it is replaced after " +
+		time.Unix(0, until).UTC().Format(time.RFC3339)}, gp.Blocked)
+	must.Eq(t, 0, gp.Placed)
+	must.Len(t, 1, allocs, must.Sprint("no replacement while the job says it waits"))
+
+	second := waitPlaced(t, s, "crashy", 1)["crashy.g[0]"]
+	must.NotEq(t, first.ID, second.ID)
+	must.GreaterEq(t, until, second.CreateTime, must.Sprint("placed once the delay was over"))
+	job, _ = s.State().JobByID(nil, structs.DefaultNamespace, "crashy")
+	must.SliceEmpty(t, job.Placement["g"].Blocked)
+	must.Zero(t, job.Placement["g"].NextPlacement)
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/volplane/volplane/scheduler"
 )
 
 // Config is everything a server agent needs to start. The agent command
@@ -63,6 +65,10 @@ type Config struct {
 	// ReleaseBaseDelay and ReleaseMaxDelay bound the backoff of a failed
 	// release step (defaults 1 s and 5 min).
 	ReleaseBaseDelay, ReleaseMaxDelay time.Duration
+
+	// ReschedulePolicy is how long a failed allocation's replacement waits
+	// (zero: scheduler.DefaultReschedulePolicy, 30 s doubling to an hour).
+	ReschedulePolicy scheduler.ReschedulePolicy
 
 	// ClientRPCTimeout bounds a call to a client agent (a CSI plugin call
 	// with its retries).
@@ -121,6 +127,9 @@ func (c *Config) normalize() error {
 	}
 	if c.ServerRPCTimeout == 0 {
 		c.ServerRPCTimeout = d.ServerRPCTimeout
+	}
+	if c.ReschedulePolicy == (scheduler.ReschedulePolicy{}) {
+		c.ReschedulePolicy = scheduler.DefaultReschedulePolicy
 	}
 	if c.ClientRPCTimeout == 0 {
 		c.ClientRPCTimeout = d.ClientRPCTimeout

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"time"
 
 	"github.com/hashicorp/go-memdb"
@@ -18,14 +19,17 @@ const placerSettle = 20 * time.Millisecond
 // runPlacer is the leader's placement loop: whenever jobs, allocations,
 // nodes, volumes or plugins change, it computes each job's plan and commits
 // the ones that change something. A job waiting for a volume is placed when
-// the volume is registered, because the registration wakes the loop. A pass
-// that changes nothing writes nothing, so the loop's own writes settle.
+// the volume is registered, because the registration wakes the loop; a
+// failed allocation's delayed replacement is placed when its delay is over,
+// because the loop also wakes at the earliest NextPlacement of any group. A
+// pass that changes nothing writes nothing, so the loop's own writes settle.
 func (s *Server) runPlacer(done <-chan struct{}) {
 	ctx, cancel := s.leaderContext(done)
 	defer cancel()
 	logger := s.logger.Named("placer")
 	settled := map[string]settledJob{}
 	var last passMark
+	var next int64 // the earliest delayed replacement, 0 when none waits
 	for {
 		st := s.State()
 		ws := memdb.NewWatchSet()
@@ -39,13 +43,14 @@ func (s *Server) runPlacer(done <-chan struct{}) {
 		// no job: skip the pass without reading them.
 		mark, err := placerMark(st)
 		if err != nil || !last.allSettled || mark != last.mark {
-			allSettled, err := s.placeAll(st, settled)
+			var allSettled bool
+			allSettled, next, err = s.placeAll(st, settled)
 			if err != nil {
 				logger.Warn("placement pass failed; retrying on the next change", "error", err)
 			}
 			last = passMark{mark: mark, allSettled: allSettled && err == nil}
 		}
-		if err := ws.WatchCtx(ctx); err != nil {
+		if !waitChangeOrTime(ctx, ws, next) {
 			return
 		}
 		select {
@@ -54,6 +59,19 @@ func (s *Server) runPlacer(done <-chan struct{}) {
 		case <-time.After(placerSettle):
 		}
 	}
+}
+
+// waitChangeOrTime waits for a change in the watch set or, when at is not
+// zero, for that time (Unix nanoseconds); it returns false when ctx ends.
+func waitChangeOrTime(ctx context.Context, ws memdb.WatchSet, at int64) bool {
+	wctx := ctx
+	if at > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadline(ctx, time.Unix(0, at))
+		defer cancel()
+	}
+	_ = ws.WatchCtx(wctx) // a change, or the deadline: both mean a pass
+	return ctx.Err() == nil
 }
 
 // passMark is what the state looked like at the last placement pass.
@@ -85,33 +103,35 @@ type settledJob struct {
 }
 
 // placeAll runs one placement pass and reports whether every job is
-// settled afterwards. A job that is fully placed, with
+// settled afterwards, and the earliest time a delayed replacement of a
+// failed allocation may be placed (0 when none waits). A job that is fully placed, with
 // nothing blocked, is looked at again only when it, one of its allocations
 // or (for system jobs) the nodes changed: volume and plugin writes, such as
 // every claim, do not concern it. Jobs still waiting for something are
 // looked at on every pass.
-func (s *Server) placeAll(st *state.StateStore, settled map[string]settledJob) (bool, error) {
+func (s *Server) placeAll(st *state.StateStore, settled map[string]settledJob) (bool, int64, error) {
 	snap, err := st.Snapshot()
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	nodesIndex, err := snap.Index(state.TableNodes)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	var nodes []*structs.Node
 	iter, err := snap.Nodes(nil)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	for raw := iter.Next(); raw != nil; raw = iter.Next() {
 		nodes = append(nodes, raw.(*structs.Node))
 	}
 	jobs, err := snap.Jobs(nil)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	var firstErr error
+	var next int64
 	live := map[string]bool{}
 	for raw := jobs.Next(); raw != nil; raw = jobs.Next() {
 		job := raw.(*structs.Job)
@@ -119,7 +139,7 @@ func (s *Server) placeAll(st *state.StateStore, settled map[string]settledJob) (
 		live[k] = true
 		existing, err := snap.AllocsByJob(nil, job.Namespace, job.ID)
 		if err != nil {
-			return false, err
+			return false, 0, err
 		}
 		mark := settledJob{jobModifyIndex: job.ModifyIndex, allocsIndex: maxAllocIndex(existing)}
 		if job.IsSystem() {
@@ -128,7 +148,8 @@ func (s *Server) placeAll(st *state.StateStore, settled map[string]settledJob) (
 		if prev, ok := settled[k]; ok && prev == mark {
 			continue
 		}
-		changed, err := s.placeJob(snap, nodes, job, existing)
+		changed, placement, err := s.placeJob(snap, nodes, job, existing)
+		next = earliestPlacement(next, placement)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err
@@ -146,7 +167,18 @@ func (s *Server) placeAll(st *state.StateStore, settled map[string]settledJob) (
 			delete(settled, k)
 		}
 	}
-	return len(settled) == len(live), firstErr
+	return len(settled) == len(live), next, firstErr
+}
+
+// earliestPlacement is the earlier of next and the groups' NextPlacement,
+// ignoring zeros.
+func earliestPlacement(next int64, placement map[string]*structs.GroupPlacement) int64 {
+	for _, gp := range placement {
+		if gp.NextPlacement > 0 && (next == 0 || gp.NextPlacement < next) {
+			next = gp.NextPlacement
+		}
+	}
+	return next
 }
 
 func maxAllocIndex(allocs []*structs.Allocation) uint64 {
@@ -169,14 +201,15 @@ func fullyPlaced(job *structs.Job) bool {
 }
 
 // placeJob computes and commits one job's plan, and reports whether it
-// changed anything.
-func (s *Server) placeJob(snap *state.StateSnapshot, nodes []*structs.Node, job *structs.Job, existing []*structs.Allocation) (bool, error) {
-	plan, err := scheduler.Place(snap, nodes, job, existing, structs.NowNano(), newAllocID)
+// changed anything and the job's placement as it stands after it.
+func (s *Server) placeJob(snap *state.StateSnapshot, nodes []*structs.Node, job *structs.Job,
+	existing []*structs.Allocation) (bool, map[string]*structs.GroupPlacement, error) {
+	plan, err := scheduler.Place(snap, nodes, job, existing, structs.NowNano(), s.config.ReschedulePolicy, newAllocID)
 	if err != nil {
-		return false, structs.Wrap(err, "placing job %q", job.ID)
+		return false, job.Placement, structs.Wrap(err, "placing job %q", job.ID)
 	}
 	if plan == nil {
-		return false, nil
+		return false, job.Placement, nil
 	}
 	// Place stamped the plan with the job's identity and version and with
 	// now, as its Timestamp.
@@ -184,11 +217,11 @@ func (s *Server) placeJob(snap *state.StateSnapshot, nodes []*structs.Node, job 
 		// A plan for an older job version is refused; the registration that
 		// made it stale has woken the loop already.
 		if structs.CodeOf(err) == structs.ErrCodeConflict {
-			return true, nil
+			return true, nil, nil
 		}
-		return false, structs.Wrap(err, "applying the plan of job %q", job.ID)
+		return false, job.Placement, structs.Wrap(err, "applying the plan of job %q", job.ID)
 	}
-	return true, nil
+	return true, plan.Placement, nil
 }
 
 func newAllocID() string {

@@ -64,6 +64,10 @@ type GroupPlacement struct {
 	Blocked []string
 	// UpdatedAt is stamped by the leader.
 	UpdatedAt int64
+	// NextPlacement is when the earliest delayed replacement of a failed
+	// allocation of the group may be placed (Unix nanoseconds, by the
+	// leader's clock); 0 when none waits.
+	NextPlacement int64
 }
 
 // TaskGroup is a set of tasks placed together, with the volumes they use.
