@@ -22,9 +22,12 @@ import (
 // allocation some time after it ended, the servers know it, and the
 // servers released its volumes from this node (NodeDetachVolume).
 //
-// The client never releases a volume on its own: releases are the servers'
-// (the volumewatcher drives them through ClientCSI.NodeDetachVolume), and
-// the manager refuses them while an allocation still runs.
+// The client does not release a volume on its own: releases are the
+// servers' (the volumewatcher drives them through ClientCSI.NodeDetachVolume),
+// and the manager refuses them while an allocation still runs. The one
+// exception is a release the servers finished without the node step (the
+// node was down): the orphan sweep (orphan_volumes.go) undoes that use
+// here once the servers hold no claim of the allocation any more.
 type allocManager struct {
 	c      *Client
 	logger hclog.Logger
@@ -35,6 +38,8 @@ type allocManager struct {
 
 	// reconciled counts the answers of the allocation query acted upon.
 	reconciled atomic.Uint64
+	// sweepNow asks the orphan sweep to run (see sweepSoon).
+	sweepNow chan struct{}
 
 	mu      sync.Mutex
 	runners map[string]*allocRunner
@@ -55,6 +60,7 @@ func newAllocManager(c *Client) (*allocManager, error) {
 	m := &allocManager{
 		c: c, logger: logger, state: state,
 		runners: map[string]*allocRunner{}, orphans: map[string]*allocBundle{},
+		sweepNow: make(chan struct{}, 1),
 	}
 	m.rep = newAllocReporter(c, m.acked)
 	if m.shimExe, err = os.Executable(); err != nil {
@@ -73,11 +79,13 @@ func newAllocManager(c *Client) (*allocManager, error) {
 	return m, nil
 }
 
-// start runs the query loop, the reporter and the restored runners.
+// start runs the query loop, the reporter, the orphan sweep and the
+// restored runners.
 func (m *allocManager) start() {
 	ctx := m.c.ctx
 	m.c.goFunc(func() { m.rep.run(ctx) })
 	m.c.goFunc(func() { m.watch(ctx) })
+	m.c.goFunc(func() { m.sweepOrphans(ctx) })
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range m.runners {
@@ -220,6 +228,10 @@ func (m *allocManager) reconcile(ctx context.Context, reply *structs.NodeClientA
 		r.forgotten()
 	}
 	m.collect()
+	// The answer is where allocations lost or stopped while the node was
+	// away are learned: their volumes may have been released without the
+	// node step.
+	m.sweepSoon()
 	if m.reconciled.Add(1) == 1 {
 		m.logger.Info(firstAllocsMessage, "allocs", len(listed), "new", len(start))
 	}

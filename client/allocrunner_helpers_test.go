@@ -72,6 +72,8 @@ func (e *allocEnv) startClient(i int, cb func(*Config)) *Client {
 		cfg.TaskPollInterval = 50 * time.Millisecond
 		cfg.AllocWatchWait = 10 * time.Second
 		cfg.serverRetryMax = 250 * time.Millisecond
+		cfg.orphanSweepMin = 100 * time.Millisecond
+		cfg.orphanSweepMax = time.Second
 		if cb != nil {
 			cb(cfg)
 		}

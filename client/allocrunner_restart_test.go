@@ -2,6 +2,7 @@ package client
 
 import (
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/shoenig/test/must"
 	bolt "go.etcd.io/bbolt"
+	"google.golang.org/grpc/codes"
 
 	"github.com/volplane/volplane/server"
 	"github.com/volplane/volplane/structs"
@@ -329,4 +331,51 @@ func TestAllocRunner_LostAllocationStopped(t *testing.T) {
 	must.StrContains(t, st.ClientDescription, "the servers marked the allocation lost")
 	must.Eq(t, "task t: stopped (SIGTERM)", st.Tasks["t"].Description)
 	must.False(t, pidExists(shim.PID) && !isZombie(shim.PID), must.Sprint("the task's supervisor is gone"))
+}
+
+// When the servers marked an allocation lost and released its volume
+// without the node step, they never call the node for it again: the
+// client that is back stops the task, and then unpublishes and unstages
+// the volume itself, at the recorded paths, and forgets its use, so that
+// the allocation can be forgotten too.
+func TestAllocRunner_LostAllocationVolumeDetached(t *testing.T) {
+	t.Parallel()
+	l := newLostAlloc(t, "lost", nil)
+	var logs syncBuffer
+	c := l.restart(t, &logs)
+	l.waitStopped(t, c)
+	st, _ := c.AllocState(l.alloc.ID)
+	must.StrContains(t, st.ClientDescription, "the servers marked the allocation lost")
+	must.False(t, pidExists(l.shim.PID) && !isZombie(l.shim.PID), must.Sprint("the task's supervisor is gone"))
+
+	testutil.WaitForResult(t, 30*time.Second, func() (bool, error) {
+		for _, method := range []string{"NodeUnpublishVolume", "NodeUnstageVolume"} {
+			if len(l.nodeCalls(t, method)) == 0 {
+				return false, fmt.Errorf("no %s of the volume on the node since it was lost: calls %v",
+					method, methodsFor(t, l.e.stateDir, l.ext))
+			}
+		}
+		if _, ok := c.Usage().Get(l.alloc.ID, "lost"); ok {
+			return false, fmt.Errorf("the volume's use is still recorded")
+		}
+		if st, _ := c.AllocState(l.alloc.ID); len(st.Volumes) > 0 {
+			return false, fmt.Errorf("the allocation still holds volumes %+v", st.Volumes)
+		}
+		return true, nil
+	})
+	unpublish, unstage := l.nodeCalls(t, "NodeUnpublishVolume"), l.nodeCalls(t, "NodeUnstageVolume")
+	must.Len(t, 1, unpublish)
+	must.Len(t, 1, unstage)
+	must.Eq(t, codes.OK, unpublish[0].Code)
+	must.Eq(t, codes.OK, unstage[0].Code)
+	must.Eq(t, l.usage.TargetPath, unpublish[0].TargetPath)
+	must.Eq(t, l.usage.StagingPath, unstage[0].StagingPath)
+	must.True(t, unpublish[0].Time.Before(unstage[0].Time), must.Sprint("unpublished before unstaged"))
+	for _, path := range []string{l.usage.TargetPath, c.Paths().AllocDir(l.alloc.ID), l.usage.StagingPath} {
+		_, err := os.Lstat(path)
+		must.ErrorIs(t, err, fs.ErrNotExist, must.Sprintf("%s is gone", path))
+	}
+	out := logs.String()
+	must.StrContains(t, out, "volume released by the servers without the node step; detached it locally")
+	must.StrNotContains(t, out, "noatime", must.Sprint("mount flags are never logged"))
 }

@@ -374,6 +374,9 @@ func (r *allocRunner) finish(status, description string) {
 	r.persist(true, nil, nil)
 	r.report()
 	r.m.collect()
+	// Its volumes are the servers' to release now, unless they already
+	// did without the node step (the allocation was lost).
+	r.m.sweepSoon()
 }
 
 // setStatus changes the reported status while the allocation runs.

@@ -102,6 +102,10 @@ type Config struct {
 	// serverRetryMax, when set, caps the pause between failed rounds of the
 	// allocation query and reports instead of retryMax (tests).
 	serverRetryMax time.Duration
+	// orphanSweepMin and orphanSweepMax, when set, bound the pause between
+	// sweeps of orphaned volumes instead of orphanSweepRetryMin and
+	// orphanSweepRetryMax (tests).
+	orphanSweepMin, orphanSweepMax time.Duration
 }
 
 // normalize fills defaults and rejects a configuration that cannot work,
@@ -132,6 +136,9 @@ func (c *Config) normalize() error {
 	orDefault(&c.TaskPollInterval, DefaultTaskPollInterval)
 	orDefault(&c.FinishedAllocsKept, DefaultFinishedAllocsKept)
 	orDefault(&c.serverRetryMax, retryMax)
+	orDefault(&c.orphanSweepMin, orphanSweepRetryMin)
+	orDefault(&c.orphanSweepMax, orphanSweepRetryMax)
+	c.orphanSweepMax = max(c.orphanSweepMax, c.orphanSweepMin)
 	var m structs.MultiError
 	if c.DataDir == "" {
 		m.Add("a client needs a data dir")

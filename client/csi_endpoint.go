@@ -176,20 +176,74 @@ func (e *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequ
 	if err := e.check(name, &m, args.ClientCSITarget); err != nil {
 		return err
 	}
-	if err := e.c.allocs.checkDetach(args.AllocID); err != nil {
-		return structs.Wrap(err, "%s: volume %q", name, args.VolumeID)
+	_, err := e.nodeDetach(name, &nodeDetachRequest{
+		PluginID: args.PluginID, Namespace: args.RequestNamespace(), VolumeID: args.VolumeID,
+		ExternalID: externalID, AllocID: args.AllocID,
+		AccessMode: args.AccessMode, AttachmentMode: args.AttachmentMode, ReadOnly: args.ReadOnly,
+		usage: usage, recorded: recorded,
+	})
+	return err
+}
+
+// nodeDetachRequest is one allocation's use of a volume to undo on this
+// node. The servers ask for it (NodeDetachVolume); so does the client
+// itself for a use the servers released without the node step (see
+// orphan_volumes.go). Both go through nodeDetach, so they exclude each
+// other and the runners' publishes alike.
+type nodeDetachRequest struct {
+	PluginID string
+	// Namespace and VolumeID are volplane's; ExternalID the provider's.
+	Namespace      string
+	VolumeID       string
+	ExternalID     string
+	AllocID        string
+	AccessMode     structs.CSIVolumeAccessMode
+	AttachmentMode structs.CSIVolumeAttachmentMode
+	ReadOnly       bool
+
+	// usage is the allocation's recorded use of the volume, read before
+	// the request was checked; recorded says whether there was one.
+	usage    VolumeUsage
+	recorded bool
+	// onlyRecorded undoes the recorded use only: once the volume is
+	// locked, a record that is gone means another detach got there first
+	// and there is nothing left to do, and the allocation is checked again
+	// so that a runner built meanwhile keeps its volume. The client's own
+	// detaches set it; the servers' do not, since they may repeat a detach
+	// whose record is gone.
+	onlyRecorded bool
+}
+
+// nodeDetach does a checked node detach (see NodeDetachVolume) and reports
+// whether it undid anything: false only when onlyRecorded found the record
+// gone. name prefixes the errors. The request's fields are assumed
+// present.
+func (e *ClientCSI) nodeDetach(name string, d *nodeDetachRequest) (bool, error) {
+	if err := e.c.allocs.checkDetach(d.AllocID); err != nil {
+		return false, structs.Wrap(err, "%s: volume %q", name, d.VolumeID)
 	}
-	plugin, nodeInfo, err := e.c.plugins.node(args.PluginID)
+	plugin, nodeInfo, err := e.c.plugins.node(d.PluginID)
 	if err != nil {
-		return err
+		return false, err
 	}
-	namespace := args.RequestNamespace()
-	unlock := e.c.lockVolume(args.PluginID, namespace, args.VolumeID)
+	unlock := e.c.lockVolume(d.PluginID, d.Namespace, d.VolumeID)
 	defer unlock()
 
-	target := e.c.paths.TargetPath(args.AllocID, args.VolumeID)
-	staging := e.c.paths.StagingPath(args.PluginID, namespace, args.VolumeID,
-		UsageMode(args.AccessMode, args.AttachmentMode, args.ReadOnly))
+	usage, recorded := d.usage, d.recorded
+	if d.onlyRecorded {
+		if usage, recorded = e.c.usage.Get(d.AllocID, d.VolumeID); !recorded {
+			return false, nil
+		}
+		// The check above ran before the lock: a runner may have been
+		// built for the allocation since, and be publishing (under this
+		// lock, so it is done) or running.
+		if err := e.c.allocs.checkDetach(d.AllocID); err != nil {
+			return false, structs.Wrap(err, "%s: volume %q", name, d.VolumeID)
+		}
+	}
+	target := e.c.paths.TargetPath(d.AllocID, d.VolumeID)
+	staging := e.c.paths.StagingPath(d.PluginID, d.Namespace, d.VolumeID,
+		UsageMode(d.AccessMode, d.AttachmentMode, d.ReadOnly))
 	stages := nodeInfo.NodeInfo != nil && nodeInfo.NodeInfo.RequiresNodeStageVolume
 	if recorded {
 		// The paths the volume was published at win over today's scheme.
@@ -200,30 +254,30 @@ func (e *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequ
 
 	ctx, cancel := e.callContext()
 	defer cancel()
-	if err := plugin.NodeUnpublishVolume(ctx, externalID, target); err != nil {
-		return e.fail(csi.MethodNodeUnpublishVolume, args.PluginID, externalID, err)
+	if err := plugin.NodeUnpublishVolume(ctx, d.ExternalID, target); err != nil {
+		return false, e.fail(csi.MethodNodeUnpublishVolume, d.PluginID, d.ExternalID, err)
 	}
 	// The plugin removed the target; the client made its parent.
 	removeEmptyDir(filepath.Dir(target))
 
 	if stages {
-		if others := e.c.usage.OthersStagedAt(args.AllocID, args.PluginID, staging); len(others) > 0 {
-			e.c.logger.Debug("volume still used on this node; leaving it staged", "volume_id", args.VolumeID,
-				"alloc_id", args.AllocID, "other_allocs", others)
+		if others := e.c.usage.OthersStagedAt(d.AllocID, d.PluginID, staging); len(others) > 0 {
+			e.c.logger.Debug("volume still used on this node; leaving it staged", "volume_id", d.VolumeID,
+				"alloc_id", d.AllocID, "other_allocs", others)
 		} else {
-			if err := plugin.NodeUnstageVolume(ctx, externalID, staging); err != nil {
-				return e.fail(csi.MethodNodeUnstageVolume, args.PluginID, externalID, err)
+			if err := plugin.NodeUnstageVolume(ctx, d.ExternalID, staging); err != nil {
+				return false, e.fail(csi.MethodNodeUnstageVolume, d.PluginID, d.ExternalID, err)
 			}
 			removeEmptyDir(staging)
 		}
 	}
-	if err := e.c.usage.Remove(args.AllocID, args.VolumeID); err != nil {
-		return structs.NewError(structs.ErrCodeInternal, "%s: volume %q of allocation %q was detached but not forgotten: %v",
-			name, args.VolumeID, args.AllocID, err)
+	if err := e.c.usage.Remove(d.AllocID, d.VolumeID); err != nil {
+		return false, structs.NewError(structs.ErrCodeInternal, "%s: volume %q of allocation %q was detached but not forgotten: %v",
+			name, d.VolumeID, d.AllocID, err)
 	}
-	e.c.allocs.volumeDetached(args.AllocID, args.VolumeID)
-	e.c.logger.Debug("volume detached from node", "volume_id", args.VolumeID, "alloc_id", args.AllocID)
-	return nil
+	e.c.allocs.volumeDetached(d.AllocID, d.VolumeID)
+	e.c.logger.Debug("volume detached from node", "volume_id", d.VolumeID, "alloc_id", d.AllocID)
+	return true, nil
 }
 
 // controllerCall checks a controller request (m holds its field problems)

@@ -39,8 +39,10 @@ type VolumeUsage struct {
 // volume published at which paths. The allocation runner adds a record
 // before it stages or publishes (so that a detach of another allocation
 // never unstages a volume this one is about to use) and NodeDetachVolume
-// removes it once the volume is unpublished; NodeDetachVolume unstages a
-// volume only when no other record uses its staging path. It is kept in
+// removes it once the volume is unpublished (or the orphan sweep does, for a
+// volume the servers released without the node step: orphan_volumes.go); a
+// node detach unstages a volume only when no other record uses its staging
+// path. It is kept in
 // memory and written through to a file in the data dir on every change.
 type UsageRegistry struct {
 	path string
