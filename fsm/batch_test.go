@@ -29,6 +29,12 @@ func TestApplyBatch_SameAsOneByOne(t *testing.T) {
 			WriteRequest: structs.WriteRequest{Namespace: "prod"},
 		})
 	}
+	claimOn := func(index uint64, volID string, c *structs.CSIVolumeClaim) *raft.Log {
+		return entry(index, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
+			VolumeID: volID, Claim: c, Timestamp: int64(index) * 1000,
+			WriteRequest: structs.WriteRequest{Namespace: "prod"},
+		})
+	}
 	updated := testVolume("", "vol-a", "p")
 	updated.Context = map[string]string{"generation": "2"}
 	logs := []*raft.Log{
@@ -47,9 +53,17 @@ func TestApplyBatch_SameAsOneByOne(t *testing.T) {
 		register(22, testVolume("", "vol-h", "p")),
 		{Index: 23, Term: 1, Type: raft.LogBarrier},
 		register(24, testVolume("", "vol-i", "p")),
+		entry(25, structs.AllocUpsertRequestType, &structs.AllocUpdateRequest{Timestamp: 25000, Allocs: []*structs.Allocation{
+			testAlloc("prod", "a1", "n1"), testAlloc("prod", "a2", "n1"), testAlloc("prod", "a3", "n1")}}),
+		claimOn(26, "vol-a", claim("a1", "n1", structs.CSIVolumeClaimWrite)),
+		register(27, testVolume("", "vol-j", "p")), // a register and claims share runs
+		claimOn(28, "vol-h", claim("a2", "n1", structs.CSIVolumeClaimRead)),
+		claimOn(29, "vol-a", claim("a2", "n1", structs.CSIVolumeClaimWrite)), // vol-a again, and refused: max claims
+		claimOn(30, "vol-i", claim("a3", "n1", structs.CSIVolumeClaimWrite)),
+		claimOn(31, "nope", claim("a3", "n1", structs.CSIVolumeClaimWrite)), // refused: no such volume
 	}
 	// The last event both sides publish, read up to in each.
-	last := register(30, testVolume("", "vol-last", "p"))
+	last := register(40, testVolume("", "vol-last", "p"))
 
 	ref := testFSM(t)
 	refSub, err := ref.State().Events().Subscribe(nil, 0)
@@ -66,8 +80,14 @@ func TestApplyBatch_SameAsOneByOne(t *testing.T) {
 	wantEvents := eventsUpTo(t, refSub, "vol-last")
 	must.NotNil(t, want[5], must.Sprint("the unknown plugin is refused"))
 	must.NotNil(t, want[10], must.Sprint("the empty volume is refused"))
+	for i := 15; i <= 18; i++ {
+		must.Nil(t, want[i], must.Sprintf("entry %d is applied", logs[i].Index))
+	}
+	must.NotNil(t, want[19], must.Sprint("the second writer is refused"))
+	must.Nil(t, want[20], must.Sprint("the claim after the refusal is applied"))
+	must.NotNil(t, want[21], must.Sprint("the claim of a missing volume is refused"))
 
-	for _, size := range []int{1, 2, 3, 4, 7, len(logs)} {
+	for _, size := range []int{1, 2, 3, 4, 5, 7, len(logs)} {
 		t.Run(fmt.Sprintf("batches of %d", size), func(t *testing.T) {
 			f := testFSM(t)
 			sub, err := f.State().Events().Subscribe(nil, 0)

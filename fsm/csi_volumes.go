@@ -1,10 +1,7 @@
 package fsm
 
 import (
-	"slices"
-
 	"github.com/hashicorp/go-memdb"
-	"github.com/hashicorp/raft"
 
 	"github.com/volplane/volplane/state"
 	"github.com/volplane/volplane/structs"
@@ -14,6 +11,8 @@ func init() {
 	register(structs.CSIVolumeRegisterRequestType, applyCSIVolumeRegister)
 	register(structs.CSIVolumeDeregisterRequestType, applyCSIVolumeDeregister)
 	register(structs.CSIVolumeClaimRequestType, applyCSIVolumeClaim)
+	registerBatcher(structs.CSIVolumeRegisterRequestType, batchRegister)
+	registerBatcher(structs.CSIVolumeClaimRequestType, batchClaim)
 
 	registerRecord(structs.CSIVolumeSnapshot,
 		func(snap *state.StateSnapshot) (memdb.ResultIterator, error) {
@@ -51,60 +50,32 @@ func prepareRegister(req *structs.CSIVolumeRegisterRequest) error {
 	return nil
 }
 
-// applyRegisterRun applies the volume register entries at the start of
-// logs in one state transaction (state.StateStore.UpsertCSIVolumeBatch),
-// writes its responses, and returns how many entries it took: 0 when logs
-// does not start with one. Under concurrent writers such runs are most of
-// the log, and one transaction per run instead of per entry shares the
-// index path copies, the commit and the watcher wake-up among them. The run
-// ends before any other entry, one that does not decode or is refused
-// before the store (Apply then panics or refuses it as it always does), and
-// one that writes a volume an earlier entry of the run wrote.
-func (f *FSM) applyRegisterRun(logs []*raft.Log, resps []any) int {
-	var writes []state.CSIVolumeUpsert
-	written := map[string]bool{}
-run:
-	for _, l := range logs {
-		if l.Type != raft.LogCommand || len(l.Data) == 0 ||
-			structs.MessageType(l.Data[0]) != structs.CSIVolumeRegisterRequestType {
-			break
-		}
-		req := new(structs.CSIVolumeRegisterRequest)
-		if structs.Decode(l.Data[1:], req) != nil || prepareRegister(req) != nil {
-			break
-		}
-		keys := make([]string, 0, len(req.Volumes))
-		for _, v := range req.Volumes {
-			k := v.Namespace + "\x00" + v.ID
-			if written[k] || slices.Contains(keys, k) {
-				break run
-			}
-			keys = append(keys, k)
-		}
-		for _, k := range keys {
-			written[k] = true
-		}
-		writes = append(writes, state.CSIVolumeUpsert{Index: l.Index, Volumes: req.Volumes})
+// batchRegister is a register entry's write in a batch (see applyRun).
+func batchRegister(body []byte, index uint64) ([]string, func(*state.Batch) error, bool) {
+	req := new(structs.CSIVolumeRegisterRequest)
+	if structs.Decode(body, req) != nil || prepareRegister(req) != nil {
+		return nil, nil, false
 	}
-	if len(writes) == 0 {
-		return 0
+	keys := make([]string, len(req.Volumes))
+	for i, v := range req.Volumes {
+		keys[i] = volumeKey(v.Namespace, v.ID)
 	}
-	err := f.State().UpsertCSIVolumeBatch(writes)
-	switch {
-	case err == nil:
-		clear(resps[:len(writes)])
-	case len(writes) == 1:
-		f.logger.Debug("apply refused", "type", structs.CSIVolumeRegisterRequestType, "index", logs[0].Index, "error", err)
-		resps[0] = err
-	default:
-		// Some entry was refused and the batch left the store as it was:
-		// each entry is applied alone, for its own result.
-		for i := range writes {
-			resps[i] = f.Apply(logs[i])
-		}
-	}
-	return len(writes)
+	return keys, func(b *state.Batch) error { return b.UpsertCSIVolume(index, req.Volumes) }, true
 }
+
+// batchClaim is a claim entry's write in a batch (see applyRun).
+func batchClaim(body []byte, index uint64) ([]string, func(*state.Batch) error, bool) {
+	req := new(structs.CSIVolumeClaimRequest)
+	if structs.Decode(body, req) != nil {
+		return nil, nil, false
+	}
+	ns := req.RequestNamespace()
+	return []string{volumeKey(ns, req.VolumeID)}, func(b *state.Batch) error {
+		return b.CSIVolumeClaim(index, req.Timestamp, ns, req.VolumeID, req.Claim)
+	}, true
+}
+
+func volumeKey(namespace, id string) string { return namespace + "\x00" + id }
 
 func applyCSIVolumeDeregister(_ *FSM, st *state.StateStore, index uint64, req *structs.CSIVolumeDeregisterRequest) error {
 	return st.CSIVolumeDeregister(index, req.RequestNamespace(), req.VolumeIDs, req.Force)

@@ -9,6 +9,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -102,14 +103,14 @@ func (f *FSM) Apply(log *raft.Log) any {
 }
 
 // ApplyBatch applies the entries Raft committed together (raft.BatchingFSM)
-// and returns a response for each, as Apply would have. Runs of volume
-// register entries share one state transaction (applyRegisterRun); every
+// and returns a response for each, as Apply would have. Runs of entries
+// whose type has a batcher share one state transaction (applyRun); every
 // other command entry is applied on its own. Configuration entries, which
 // Raft hands a batching FSM too, change nothing here.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	resps := make([]any, len(logs))
 	for i := 0; i < len(logs); {
-		if n := f.applyRegisterRun(logs[i:], resps[i:]); n > 0 {
+		if n := f.applyRun(logs[i:], resps[i:]); n > 0 {
 			i += n
 			continue
 		}
@@ -119,6 +120,82 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		i++
 	}
 	return resps
+}
+
+// batcher decodes the body of an entry at index into the keys of the rows
+// it writes and its write within a batch; false when the entry cannot join
+// one (it does not decode, or is refused before the store), and Apply then
+// panics on it or refuses it as it always does.
+type batcher func(body []byte, index uint64) (keys []string, write func(*state.Batch) error, ok bool)
+
+// batchers are the message types whose entries may share a transaction:
+// those that concurrent writers make the bulk of the log.
+var batchers = map[structs.MessageType]batcher{}
+
+func registerBatcher(t structs.MessageType, b batcher) {
+	if _, dup := batchers[t]; dup {
+		panic(fmt.Sprintf("fsm: two batchers for message type %s", t))
+	}
+	batchers[t] = b
+}
+
+// applyRun applies the batchable entries at the start of logs in one state
+// transaction (state.StateStore.WriteBatch), writes their responses, and
+// returns how many it took: 0 when logs does not start with one. One
+// transaction per run instead of per entry shares the index path copies, the
+// commit and the watcher wake-up among its entries. The run ends before any
+// other entry, one its batcher cannot take, and one that writes a row an
+// earlier entry of the run wrote. A refused write leaves the store as it
+// was, and the run is then applied entry by entry, for each its own result.
+func (f *FSM) applyRun(logs []*raft.Log, resps []any) int {
+	var writes []func(*state.Batch) error
+	written := map[string]bool{}
+run:
+	for _, l := range logs {
+		if l.Type != raft.LogCommand || len(l.Data) == 0 {
+			break
+		}
+		b := batchers[structs.MessageType(l.Data[0])]
+		if b == nil {
+			break
+		}
+		keys, write, ok := b(l.Data[1:], l.Index)
+		if !ok {
+			break
+		}
+		for i, k := range keys {
+			if written[k] || slices.Contains(keys[:i], k) {
+				break run
+			}
+		}
+		for _, k := range keys {
+			written[k] = true
+		}
+		writes = append(writes, write)
+	}
+	if len(writes) == 0 {
+		return 0
+	}
+	err := f.State().WriteBatch(logs[len(writes)-1].Index, func(b *state.Batch) error {
+		for _, w := range writes {
+			if err := w(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		clear(resps[:len(writes)])
+	case len(writes) == 1:
+		f.logger.Debug("apply refused", "type", structs.MessageType(logs[0].Data[0]), "index", logs[0].Index, "error", err)
+		resps[0] = err
+	default:
+		for i := range writes {
+			resps[i] = f.Apply(logs[i])
+		}
+	}
+	return len(writes)
 }
 
 var _ raft.BatchingFSM = (*FSM)(nil)

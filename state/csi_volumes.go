@@ -56,38 +56,6 @@ func (s *StateStore) UpsertCSIVolume(index uint64, vols []*structs.CSIVolume) er
 	return commit(txn, index)
 }
 
-// CSIVolumeUpsert is the volume register write of one Raft entry.
-type CSIVolumeUpsert struct {
-	Index   uint64
-	Volumes []*structs.CSIVolume
-}
-
-// UpsertCSIVolumeBatch applies the register writes of consecutive Raft
-// entries in one transaction, as UpsertCSIVolume would one after the other:
-// each write sees the ones before it, and every volume takes its own entry's
-// index. It is all or nothing across the batch: when any write is refused
-// nothing is applied and the error is returned, so the caller applies the
-// entries one at a time to give each its own result. The batch commits at
-// its last index, with one wake-up of the watchers and one set of events.
-// Writes to the same volume must be in separate batches: the transaction's
-// change set keeps only a row's last version, so the events of the earlier
-// write would be lost.
-func (s *StateStore) UpsertCSIVolumeBatch(writes []CSIVolumeUpsert) error {
-	if len(writes) == 0 {
-		return nil
-	}
-	txn := s.writeTxn()
-	defer txn.Abort()
-	for _, w := range writes {
-		for _, v := range w.Volumes {
-			if err := upsertCSIVolumeTxn(txn, w.Index, v); err != nil {
-				return err
-			}
-		}
-	}
-	return commit(txn, writes[len(writes)-1].Index)
-}
-
 func upsertCSIVolumeTxn(txn *memdb.Txn, index uint64, vol *structs.CSIVolume) error {
 	switch {
 	case vol == nil:
