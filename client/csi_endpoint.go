@@ -176,12 +176,13 @@ func (e *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequ
 	if err := e.check(name, &m, args.ClientCSITarget); err != nil {
 		return err
 	}
-	_, err := e.nodeDetach(name, &nodeDetachRequest{
-		PluginID: args.PluginID, Namespace: args.RequestNamespace(), VolumeID: args.VolumeID,
-		ExternalID: externalID, AllocID: args.AllocID,
-		AccessMode: args.AccessMode, AttachmentMode: args.AttachmentMode, ReadOnly: args.ReadOnly,
-		usage: usage, recorded: recorded,
-	})
+	// The request names the volume and its modes; the record, when there
+	// is one, gives the paths it was published at.
+	_, err := e.nodeDetach(name, &nodeDetachRequest{VolumeUsage: VolumeUsage{
+		AllocID: args.AllocID, PluginID: args.PluginID, Namespace: args.RequestNamespace(), VolumeID: args.VolumeID,
+		ExternalID: externalID, AccessMode: args.AccessMode, AttachmentMode: args.AttachmentMode, ReadOnly: args.ReadOnly,
+		StagingPath: usage.StagingPath, TargetPath: usage.TargetPath,
+	}, recorded: recorded})
 	return err
 }
 
@@ -191,19 +192,10 @@ func (e *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequ
 // orphan_volumes.go). Both go through nodeDetach, so they exclude each
 // other and the runners' publishes alike.
 type nodeDetachRequest struct {
-	PluginID string
-	// Namespace and VolumeID are volplane's; ExternalID the provider's.
-	Namespace      string
-	VolumeID       string
-	ExternalID     string
-	AllocID        string
-	AccessMode     structs.CSIVolumeAccessMode
-	AttachmentMode structs.CSIVolumeAttachmentMode
-	ReadOnly       bool
-
-	// usage is the allocation's recorded use of the volume, read before
-	// the request was checked; recorded says whether there was one.
-	usage    VolumeUsage
+	// VolumeUsage names the allocation, the volume and its modes; its
+	// paths count only when recorded says the use was found in the usage
+	// registry (read before the request was checked).
+	VolumeUsage
 	recorded bool
 	// onlyRecorded undoes the recorded use only: once the volume is
 	// locked, a record that is gone means another detach got there first
@@ -229,7 +221,7 @@ func (e *ClientCSI) nodeDetach(name string, d *nodeDetachRequest) (bool, error) 
 	unlock := e.c.lockVolume(d.PluginID, d.Namespace, d.VolumeID)
 	defer unlock()
 
-	usage, recorded := d.usage, d.recorded
+	usage, recorded := d.VolumeUsage, d.recorded
 	if d.onlyRecorded {
 		if usage, recorded = e.c.usage.Get(d.AllocID, d.VolumeID); !recorded {
 			return false, nil

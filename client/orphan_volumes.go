@@ -130,9 +130,7 @@ func (m *allocManager) sweep(ctx context.Context, lastErr map[string]string) (pe
 			continue
 		}
 		detached, err := (&ClientCSI{c: m.c}).nodeDetach(orphanSweepName, &nodeDetachRequest{
-			PluginID: u.PluginID, Namespace: u.Namespace, VolumeID: u.VolumeID, ExternalID: u.ExternalID,
-			AllocID: u.AllocID, AccessMode: u.AccessMode, AttachmentMode: u.AttachmentMode, ReadOnly: u.ReadOnly,
-			usage: u, recorded: true, onlyRecorded: true,
+			VolumeUsage: u, recorded: true, onlyRecorded: true,
 		})
 		if err != nil {
 			fail("detaching a volume the servers released without the node step failed; retrying later", err)

@@ -99,6 +99,9 @@ func TestRegistry(t *testing.T) {
 		must.Zero(t, mt&structs.IgnoreUnknownTypeFlag, must.Sprintf("%s uses the ignore flag bit", mt))
 	}
 	must.MapLen(t, len(structs.MessageTypes()), appliers)
+	for mt := range batchers {
+		must.MapContainsKey(t, appliers, mt, must.Sprintf("batcher for %s, which has no applier to fall back on", mt))
+	}
 
 	for _, st := range structs.SnapshotTypes() {
 		must.False(t, strings.HasPrefix(st.String(), "SnapshotType("), must.Sprintf("snapshot type %d has no name", st))

@@ -149,7 +149,7 @@ func (s *Server) placeAll(st *state.StateStore, settled map[string]settledJob) (
 			continue
 		}
 		changed, placement, err := s.placeJob(snap, nodes, job, existing)
-		next = earliestPlacement(next, placement)
+		next = earliestPlacement(next, placement, structs.NowNano())
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err
@@ -170,11 +170,13 @@ func (s *Server) placeAll(st *state.StateStore, settled map[string]settledJob) (
 	return len(settled) == len(live), next, firstErr
 }
 
-// earliestPlacement is the earlier of next and the groups' NextPlacement,
-// ignoring zeros.
-func earliestPlacement(next int64, placement map[string]*structs.GroupPlacement) int64 {
+// earliestPlacement is the earlier of next and the groups' NextPlacement
+// still to come. One already past is left out: the pass just made placed
+// it, or failed, and a failed pass is retried on the next change rather
+// than at once in a loop.
+func earliestPlacement(next int64, placement map[string]*structs.GroupPlacement, now int64) int64 {
 	for _, gp := range placement {
-		if gp.NextPlacement > 0 && (next == 0 || gp.NextPlacement < next) {
+		if gp.NextPlacement > now && (next == 0 || gp.NextPlacement < next) {
 			next = gp.NextPlacement
 		}
 	}
