@@ -54,12 +54,15 @@ func (e *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	stampFingerprints(node.CSINodePlugins, now)
 	args.Node = node
 
+	// The session is recorded before the write, once the secret is
+	// checked: as soon as the node and its plugins are visible in the
+	// state, calls to them must find their way to the agent.
+	e.recordConn(node.ID, forwarded)
 	_, index, err := e.srv.raftApply(structs.NodeRegisterRequestType, args)
 	if err != nil {
 		return err
 	}
 	e.srv.heartbeats.reset(node.ID)
-	e.recordConn(node.ID, forwarded)
 	e.logger.Debug("node registered", "node_id", node.ID, "name", node.Name)
 	return e.srv.fillNodeReply(reply, index)
 }
@@ -197,7 +200,7 @@ func secretEqual(a, b string) bool {
 }
 
 // recordConn notes that this server reaches the node over the session the
-// request came in on, once the request was accepted. A request another server
+// request came in on, once the request was authenticated. A request another server
 // forwarded says nothing about this server's sessions.
 func (e *Node) recordConn(nodeID string, forwarded bool) {
 	if e.conn == nil || forwarded {
