@@ -15,6 +15,7 @@ import (
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/server"
 	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/tlsutil"
 )
 
 // ClientBlock configures the client role:
@@ -164,7 +165,7 @@ func (a *clientAgent) Shutdown() error {
 // clientConfig turns the agent configuration into the client's. dataDir
 // is the agent's data dir (with -dev, the server's temporary one); srv is
 // the server running in the same process, or nil.
-func clientConfig(a *AgentConfig, dataDir string, srv *server.Server, logger hclog.Logger) (*client.Config, error) {
+func clientConfig(a *AgentConfig, dataDir string, srv *server.Server, tlsCfg *tlsutil.Configurator, logger hclog.Logger) (*client.Config, error) {
 	if dataDir == "" {
 		return nil, errors.New("a client needs a data_dir (or -dev)")
 	}
@@ -172,6 +173,7 @@ func clientConfig(a *AgentConfig, dataDir string, srv *server.Server, logger hcl
 		NodeName: a.NodeName,
 		DataDir:  filepath.Join(dataDir, clientDataDir),
 		Logger:   logger,
+		TLS:      tlsCfg,
 	}
 	for _, s := range a.Client.Servers {
 		cfg.Servers = append(cfg.Servers, withDefaultPort(s))
@@ -196,14 +198,14 @@ func clientConfig(a *AgentConfig, dataDir string, srv *server.Server, logger hcl
 // or dev is set, and returns nil otherwise. With dev it first starts the
 // development plugin as monolith "dev", on a socket in the data dir, and
 // adds it to the client's plugins.
-func startClient(a *AgentConfig, dev bool, dataDir string, srv *server.Server, logger hclog.Logger) (*clientAgent, error) {
+func startClient(a *AgentConfig, dev bool, dataDir string, srv *server.Server, tlsCfg *tlsutil.Configurator, logger hclog.Logger) (*clientAgent, error) {
 	if !dev && (a.Client == nil || !a.Client.Enabled) {
 		return nil, nil
 	}
 	if a.Client == nil {
 		a.Client = &ClientBlock{}
 	}
-	cfg, err := clientConfig(a, dataDir, srv, logger)
+	cfg, err := clientConfig(a, dataDir, srv, tlsCfg, logger)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 // are merged into.
 type AgentConfig struct {
 	NodeName string        `hcl:"node_name,optional"`
+	Region   string        `hcl:"region,optional"`
 	DataDir  string        `hcl:"data_dir,optional"`
 	BindAddr string        `hcl:"bind_addr,optional"`
 	LogLevel string        `hcl:"log_level,optional"`
@@ -24,6 +25,8 @@ type AgentConfig struct {
 	Advert   *AdvertConfig `hcl:"advertise,block"`
 	Server   *ServerBlock  `hcl:"server,block"`
 	Client   *ClientBlock  `hcl:"client,block"`
+	TLS      *TLSBlock     `hcl:"tls,block"`
+	Limits   *LimitsBlock  `hcl:"limits,block"`
 }
 
 // PortsConfig are the agent's ports.
@@ -147,6 +150,15 @@ func (c *AgentConfig) validate() error {
 	if err := c.Client.validate(); err != nil {
 		return err
 	}
+	if err := c.Limits.validate(); err != nil {
+		return err
+	}
+	if c.Region != "" && !validRegion(c.Region) {
+		return fmt.Errorf("region %q must be letters, digits and dashes", c.Region)
+	}
+	if err := c.tlsConfig().Validate(); err != nil {
+		return err
+	}
 	switch c.LogLevel {
 	case "", "trace", "debug", "info", "warn", "error", "TRACE", "DEBUG", "INFO", "WARN", "ERROR":
 	default:
@@ -178,4 +190,18 @@ func withDefaultPort(addr string) string {
 		return addr
 	}
 	return net.JoinHostPort(addr, strconv.Itoa(defaultRPCPort))
+}
+
+// validRegion reports whether a region can be a DNS label of a certificate
+// role name (server.<region>.volplane).
+func validRegion(r string) bool {
+	if len(r) > 63 || r[0] == '-' || r[len(r)-1] == '-' {
+		return false
+	}
+	for _, c := range r {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -84,7 +84,14 @@ type Config struct {
 	ShutdownCh <-chan struct{}
 	// Metrics serves GET /v1/metrics; nil disables it (404).
 	Metrics http.Handler
+	// BodyTimeout bounds the reading of one request body, so a body sent a
+	// byte at a time cannot hold a connection and a handler forever; 0
+	// means DefaultBodyTimeout.
+	BodyTimeout time.Duration
 }
+
+// DefaultBodyTimeout is the body read bound when Config.BodyTimeout is 0.
+const DefaultBodyTimeout = 30 * time.Second
 
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is 0.
 const DefaultMaxBodyBytes int64 = 4 << 20
@@ -102,6 +109,7 @@ type handler struct {
 	backend Backend
 	logger  hclog.Logger
 	maxBody int64
+	bodyTTL time.Duration
 	mux     *http.ServeMux
 
 	events         func() *state.EventBroker
@@ -120,6 +128,7 @@ func NewHandler(cfg Config) http.Handler {
 		backend: cfg.Backend,
 		logger:  cfg.Logger,
 		maxBody: cfg.MaxBodyBytes,
+		bodyTTL: cfg.BodyTimeout,
 		mux:     http.NewServeMux(),
 
 		events:         cfg.Events,
@@ -136,6 +145,9 @@ func NewHandler(cfg Config) http.Handler {
 	}
 	if h.heartbeat <= 0 {
 		h.heartbeat = DefaultEventHeartbeat
+	}
+	if h.bodyTTL <= 0 {
+		h.bodyTTL = DefaultBodyTimeout
 	}
 	h.routes()
 	return h
