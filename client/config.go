@@ -62,6 +62,10 @@ type Config struct {
 	// servers: the client's certificate (client.<region>.volplane) and the
 	// CA that signs the servers'. Nil or off: plaintext.
 	TLS *tlsutil.Configurator
+	// IntroToken is the node introduction token the first registration
+	// presents, where servers require one (server { node_intro_required }).
+	// It is never logged.
+	IntroToken string
 	// Plugins are the CSI plugins on this machine.
 	Plugins    []PluginConfig
 	Datacenter string

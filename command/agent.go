@@ -46,6 +46,9 @@ Usage: volplane agent [options]
                           run both in one process).
   -servers=HOST:PORT,...  The servers a client registers with (default
                           port 4647; default: this agent's own server).
+  -intro-token=SECRET     The node introduction token a client presents when
+                          it registers for the first time, where servers
+                          require one (server { node_intro_required }).
   -csi-plugin=ID=unix:///path/csi.sock[,type=monolith|node|controller]
                           A CSI plugin the client drives; repeatable. The
                           type defaults to what the plugin offers.
@@ -296,6 +299,8 @@ func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, f
 	cfg.DataDir = a.DataDir
 	cfg.Region = a.Region
 	cfg.BootstrapExpect = a.Server.BootstrapExpect
+	cfg.NodeIntroRequired = a.Server.NodeIntroRequired
+	cfg.NodeIntroTokens = a.Server.NodeIntroTokens
 	if l := a.Limits; l != nil {
 		cfg.RPCMaxConnsPerClient = connLimitSetting(l.RPCMaxConnsPerClient)
 		cfg.HTTPMaxConnsPerClient = connLimitSetting(l.HTTPMaxConnsPerClient)

@@ -23,6 +23,7 @@ import (
 //	client {
 //	  enabled = true
 //	  servers = ["10.0.0.5:4647", "10.0.0.6"]
+//	  intro_token = "..."   # where servers require node introduction
 //	  csi_plugin {
 //	    id       = "ebs"
 //	    endpoint = "unix:///run/csi/ebs.sock"
@@ -32,6 +33,7 @@ import (
 type ClientBlock struct {
 	Enabled    bool              `hcl:"enabled,optional"`
 	Servers    []string          `hcl:"servers,optional"`
+	IntroToken string            `hcl:"intro_token,optional"`
 	CSIPlugins []*CSIPluginBlock `hcl:"csi_plugin,block"`
 }
 
@@ -87,6 +89,7 @@ func (p *CSIPluginBlock) config() (client.PluginConfig, error) {
 type clientFlags struct {
 	enabled bool
 	servers string
+	intro   string
 	plugins stringList
 }
 
@@ -94,6 +97,7 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	f := &clientFlags{}
 	fs.BoolVar(&f.enabled, "client", false, "")
 	fs.StringVar(&f.servers, "servers", "", "")
+	fs.StringVar(&f.intro, "intro-token", "", "")
 	fs.Var(&f.plugins, "csi-plugin", "")
 	return f
 }
@@ -114,6 +118,9 @@ func (f *clientFlags) apply(cfg *AgentConfig, set map[string]bool) error {
 				cfg.Client.Servers = append(cfg.Client.Servers, a)
 			}
 		}
+	}
+	if set["intro-token"] {
+		cfg.Client.IntroToken = f.intro
 	}
 	if len(f.plugins) > 0 {
 		cfg.Client.CSIPlugins = nil
@@ -170,10 +177,11 @@ func clientConfig(a *AgentConfig, dataDir string, srv *server.Server, tlsCfg *tl
 		return nil, errors.New("a client needs a data_dir (or -dev)")
 	}
 	cfg := &client.Config{
-		NodeName: a.NodeName,
-		DataDir:  filepath.Join(dataDir, clientDataDir),
-		Logger:   logger,
-		TLS:      tlsCfg,
+		NodeName:   a.NodeName,
+		DataDir:    filepath.Join(dataDir, clientDataDir),
+		Logger:     logger,
+		TLS:        tlsCfg,
+		IntroToken: a.Client.IntroToken,
 	}
 	for _, s := range a.Client.Servers {
 		cfg.Servers = append(cfg.Servers, withDefaultPort(s))

@@ -54,6 +54,11 @@ type ServerBlock struct {
 	// (durations such as "10s"; both default to the server's, 10s).
 	HeartbeatTTL    string `hcl:"heartbeat_ttl,optional"`
 	NodeGracePeriod string `hcl:"node_grace_period,optional"`
+	// NodeIntroRequired makes new nodes present an introduction token:
+	// one of NodeIntroTokens, or one from `volplane operator node-intro
+	// create`.
+	NodeIntroRequired bool     `hcl:"node_intro_required,optional"`
+	NodeIntroTokens   []string `hcl:"node_intro_tokens,optional"`
 }
 
 // Default ports, as Nomad's.
@@ -139,6 +144,11 @@ func (c *AgentConfig) validate() error {
 		if s.RetryInterval != "" {
 			if _, err := time.ParseDuration(s.RetryInterval); err != nil {
 				return fmt.Errorf("server.retry_interval %q: %v", s.RetryInterval, err)
+			}
+		}
+		for i, t := range s.NodeIntroTokens {
+			if len(t) < 16 {
+				return fmt.Errorf("server.node_intro_tokens[%d] is shorter than 16 characters: too easy to guess", i)
 			}
 		}
 		for _, d := range [][2]string{{"heartbeat_ttl", s.HeartbeatTTL}, {"node_grace_period", s.NodeGracePeriod}} {

@@ -33,8 +33,12 @@ var rpcAccess = map[string]roleSet{
 	"Status.Join":        serverOnly,
 	"Status.HasNodeConn": serverOnly,
 
-	"Operator.RaftListPeers":  serverOnly,
-	"Operator.RaftRemovePeer": serverOnly,
+	"Operator.RaftListPeers":   serverOnly,
+	"Operator.RaftRemovePeer":  serverOnly,
+	"Operator.Security":        serverOnly,
+	"Operator.NodeIntroCreate": serverOnly,
+	"Operator.NodeIntroList":   serverOnly,
+	"Operator.NodeIntroDelete": serverOnly,
 
 	"Node.Register":                      nodeFacing,
 	"Node.UpdateStatus":                  nodeFacing,

@@ -84,6 +84,14 @@ type Config struct {
 	// server or a node, as in Nomad without TLS.
 	TLS *tlsutil.Configurator
 
+	// NodeIntroRequired makes a node that registers for the first time
+	// present a node introduction token: one of NodeIntroTokens, or one
+	// created with `volplane operator node-intro create`.
+	NodeIntroRequired bool
+	// NodeIntroTokens are introduction secrets from the configuration
+	// file: reusable, without expiry, never stored in Raft.
+	NodeIntroTokens []string
+
 	// Limits on what one caller may hold. For the two per-client limits, 0
 	// means the default (100, as Nomad's) and a negative value no limit.
 	RPCMaxConnsPerClient  int

@@ -154,6 +154,9 @@ func NewServer(cfg *Config) (*Server, error) {
 		}
 	})
 
+	for _, w := range s.securityStatus().Warnings {
+		s.logger.Warn(w)
+	}
 	s.goFunc(s.monitorLeadership)
 	s.goFunc(s.joinLoop)
 	s.logger.Info("server started", "node_id", s.nodeID, "name", cfg.NodeName,
