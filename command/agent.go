@@ -301,6 +301,7 @@ func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, f
 	cfg.BootstrapExpect = a.Server.BootstrapExpect
 	cfg.NodeIntroRequired = a.Server.NodeIntroRequired
 	cfg.NodeIntroTokens = a.Server.NodeIntroTokens
+	cfg.MaxGroupCount = a.Server.JobMaxGroupCount
 	if l := a.Limits; l != nil {
 		cfg.RPCMaxConnsPerClient = connLimitSetting(l.RPCMaxConnsPerClient)
 		cfg.HTTPMaxConnsPerClient = connLimitSetting(l.HTTPMaxConnsPerClient)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsimple"
+
+	"github.com/volplane/volplane/structs"
 )
 
 // AgentConfig is the agent's configuration file (HCL), and what the flags
@@ -59,6 +61,8 @@ type ServerBlock struct {
 	// create`.
 	NodeIntroRequired bool     `hcl:"node_intro_required,optional"`
 	NodeIntroTokens   []string `hcl:"node_intro_tokens,optional"`
+	// JobMaxGroupCount bounds a task group's count (default 10000).
+	JobMaxGroupCount int `hcl:"job_max_group_count,optional"`
 }
 
 // Default ports, as Nomad's.
@@ -145,6 +149,9 @@ func (c *AgentConfig) validate() error {
 			if _, err := time.ParseDuration(s.RetryInterval); err != nil {
 				return fmt.Errorf("server.retry_interval %q: %v", s.RetryInterval, err)
 			}
+		}
+		if s.JobMaxGroupCount < 0 || s.JobMaxGroupCount > structs.MaxGroupCountCeiling {
+			return fmt.Errorf("server.job_max_group_count must be between 1 and %d (got %d)", structs.MaxGroupCountCeiling, s.JobMaxGroupCount)
 		}
 		for i, t := range s.NodeIntroTokens {
 			if len(t) < 16 {

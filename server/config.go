@@ -11,6 +11,7 @@ import (
 
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/scheduler"
+	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/tlsutil"
 )
 
@@ -91,6 +92,10 @@ type Config struct {
 	// NodeIntroTokens are introduction secrets from the configuration
 	// file: reusable, without expiry, never stored in Raft.
 	NodeIntroTokens []string
+
+	// MaxGroupCount bounds a task group's count at registration (default
+	// structs.DefaultMaxGroupCount, at most structs.MaxGroupCountCeiling).
+	MaxGroupCount int
 
 	// Limits on what one caller may hold. For the two per-client limits, 0
 	// means the default (100, as Nomad's) and a negative value no limit.
@@ -192,6 +197,12 @@ func (c *Config) normalize() error {
 	}
 	if c.Region == "" {
 		c.Region = d.Region
+	}
+	if c.MaxGroupCount == 0 {
+		c.MaxGroupCount = structs.DefaultMaxGroupCount
+	}
+	if c.MaxGroupCount < 0 || c.MaxGroupCount > structs.MaxGroupCountCeiling {
+		return fmt.Errorf("job_max_group_count must be between 1 and %d (got %d)", structs.MaxGroupCountCeiling, c.MaxGroupCount)
 	}
 	if c.RPCHandshakeTimeout <= 0 {
 		c.RPCHandshakeTimeout = d.RPCHandshakeTimeout
