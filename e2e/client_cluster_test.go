@@ -78,6 +78,13 @@ type clientEnv struct {
 // both nodes ready and the plugin healthy on both.
 func newClientEnv(t *testing.T, c Cluster) (*clientEnv, Server) {
 	t.Helper()
+	return newClientEnvWith(t, c, ClientConfig{})
+}
+
+// newClientEnvWith is newClientEnv with the clients' settings other than
+// their name and plugins taken from base.
+func newClientEnvWith(t *testing.T, c Cluster, base ClientConfig) (*clientEnv, Server) {
+	t.Helper()
 	e := &clientEnv{
 		c:        c,
 		secret:   newSecret(t),
@@ -93,7 +100,9 @@ func newClientEnv(t *testing.T, c Cluster) (*clientEnv, Server) {
 		}))
 	}
 	for i, p := range e.plugins {
-		cl := c.StartClient(t, ClientConfig{Name: fmt.Sprintf("c%d", i+1), Plugins: map[string]Plugin{pluginID: p}})
+		cfg := base
+		cfg.Name, cfg.Plugins = fmt.Sprintf("c%d", i+1), map[string]Plugin{pluginID: p}
+		cl := c.StartClient(t, cfg)
 		e.clients = append(e.clients, cl)
 		// A client killed by a test leaves its tasks running, as it
 		// should; the test must not.

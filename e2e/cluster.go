@@ -83,6 +83,9 @@ type ClientConfig struct {
 	// Plugins are the CSI plugins the client drives, by plugin ID
 	// (-csi-plugin ID=ENDPOINT); each's type is what it offers.
 	Plugins map[string]Plugin
+	// IntroToken is passed as -intro-token, for servers that require node
+	// introduction.
+	IntroToken string
 }
 
 // Cluster is what a test body needs from a cluster of server agents, and

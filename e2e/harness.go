@@ -53,6 +53,10 @@ type ProcessConfig struct {
 	ServerConfig string
 	// ExtraArgs are appended to every server's command line.
 	ExtraArgs []string
+	// TLS runs the cluster with tls { rpc = true, http = true }: servers
+	// with the package's server certificate, clients with its client
+	// certificate, the harness and the CLI with its CLI certificate.
+	TLS bool
 }
 
 // ProcessCluster is a Cluster of `volplane agent -server` processes, and
@@ -66,6 +70,8 @@ type ProcessCluster struct {
 	plugins []*procPlugin
 	// extraDirs are directories outside dir to remove at the end.
 	extraDirs []string
+	// tls is set for a cluster started with ProcessConfig.TLS.
+	tls *tlsFiles
 }
 
 var _ Cluster = (*ProcessCluster)(nil)
@@ -128,10 +134,21 @@ func NewProcessCluster(t testing.TB, cfg ProcessConfig) *ProcessCluster {
 	dir := t.TempDir()
 	ports := freePorts(t, 2*cfg.Servers)
 	c := &ProcessCluster{bin: volplaneBin, dir: dir}
+	serverConfig := cfg.ServerConfig
+	if cfg.TLS {
+		if e2eTLS == nil {
+			t.Fatal("e2e: TLS fixtures were not set up (TestMain must call setupTLS)")
+		}
+		var err error
+		if c.tls, err = e2eTLS.copyTo(filepath.Join(dir, "tls")); err != nil {
+			t.Fatalf("e2e: copying the TLS files: %v", err)
+		}
+		serverConfig += c.tls.block(c.tls.server)
+	}
 	var configArgs []string
-	if cfg.ServerConfig != "" {
+	if serverConfig != "" {
 		path := filepath.Join(dir, "server.hcl")
-		if err := os.WriteFile(path, []byte(cfg.ServerConfig), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(serverConfig), 0o644); err != nil {
 			t.Fatalf("e2e: writing the servers' config file: %v", err)
 		}
 		configArgs = []string{"-config", path}
@@ -163,7 +180,7 @@ func NewProcessCluster(t testing.TB, cfg ProcessConfig) *ProcessCluster {
 				args:    args,
 				logPath: filepath.Join(dir, name+".log"),
 			},
-			httpAddr: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)),
+			httpAddr: c.scheme() + "://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)),
 			rpcAddr:  net.JoinHostPort("127.0.0.1", strconv.Itoa(rpcPort)),
 		}
 		s.ready = func(t testing.TB) { c.waitHTTP(t, s) }
@@ -178,6 +195,14 @@ func NewProcessCluster(t testing.TB, cfg ProcessConfig) *ProcessCluster {
 		s.ready(t)
 	}
 	return c
+}
+
+// scheme is the HTTP API's: https for a TLS cluster.
+func (c *ProcessCluster) scheme() string {
+	if c.tls != nil {
+		return "https"
+	}
+	return "http"
 }
 
 // freePorts returns n distinct free loopback ports. All listeners are held
@@ -437,6 +462,9 @@ func (c *ProcessCluster) CLI(t testing.TB, srv Server, command string, args ...s
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.bin, argv...)
 	cmd.Env = cliEnv()
+	if c.tls != nil {
+		cmd.Env = append(cmd.Env, c.tls.cliEnv()...)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -455,11 +483,12 @@ func (c *ProcessCluster) CLI(t testing.TB, srv Server, command string, args ...s
 }
 
 // cliEnv is the environment of every process the harness starts: the
-// test's, without the variables that would point the CLI elsewhere.
+// test's, without the variables that would point the CLI elsewhere
+// (Nomad's are read when volplane's are unset).
 func cliEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "VOLPLANE_") {
+		if !strings.HasPrefix(kv, "VOLPLANE_") && !strings.HasPrefix(kv, "NOMAD_") {
 			env = append(env, kv)
 		}
 	}

@@ -116,6 +116,16 @@ func (c *ProcessCluster) StartClient(t testing.TB, cfg ClientConfig) Client {
 	for _, id := range slices.Sorted(maps.Keys(cfg.Plugins)) {
 		args = append(args, "-csi-plugin", id+"="+cfg.Plugins[id].Endpoint())
 	}
+	if cfg.IntroToken != "" {
+		args = append(args, "-intro-token", cfg.IntroToken)
+	}
+	if c.tls != nil {
+		path := filepath.Join(c.dir, cfg.Name+".hcl")
+		if err := os.WriteFile(path, []byte(c.tls.block(c.tls.client)), 0o644); err != nil {
+			t.Fatalf("e2e: writing the config of %s: %v", cfg.Name, err)
+		}
+		args = append(args, "-config", path)
+	}
 	cl := &procClient{
 		process: &process{name: cfg.Name, args: args, logPath: filepath.Join(c.dir, cfg.Name+".log")},
 		dataDir: dataDir,

@@ -21,6 +21,10 @@ func TestMain(m *testing.M) {
 	}
 	// A build failure is reported by each test, where it is seen.
 	volplaneBin, buildErr = buildVolplane(dir)
+	if err := setupTLS(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: TLS fixtures: %v\n", err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

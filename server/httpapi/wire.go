@@ -149,17 +149,27 @@ type VolumeDeregisterResponse struct {
 
 // decodeBody reads one JSON object of at most h.maxBody bytes into out,
 // refusing unknown fields and anything after the object.
-func (h *handler) decodeBody(w http.ResponseWriter, r *http.Request, out any) error {
+func (h *handler) decodeBody(w http.ResponseWriter, r *http.Request, out any) (err error) {
 	if r.ContentLength > h.maxBody {
 		return tooLarge(h.maxBody)
 	}
-	// The whole body must arrive within the bound; the deadline is lifted
-	// after it so a long answer (a blocking write) is not cut off. A
+	// The whole body must arrive within the bound. The deadline is lifted
+	// once the body is read, so a long answer (a blocking write) is not cut
+	// off. After a failure the body is closed under an expired deadline:
+	// net/http then answers at once and closes the connection, instead of
+	// reading the rest of a body that trickles in before it answers. A
 	// ResponseWriter that cannot set deadlines (a test recorder) reads
 	// without one.
 	rc := http.NewResponseController(w)
-	if err := rc.SetReadDeadline(time.Now().Add(h.bodyTTL)); err == nil {
-		defer rc.SetReadDeadline(time.Time{})
+	if rc.SetReadDeadline(time.Now().Add(h.bodyTTL)) == nil {
+		defer func() {
+			if err != nil {
+				_ = rc.SetReadDeadline(time.Now())
+				_ = r.Body.Close()
+				return
+			}
+			_ = rc.SetReadDeadline(time.Time{})
+		}()
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, h.maxBody))
 	dec.DisallowUnknownFields()
