@@ -154,16 +154,5 @@ func loseNodeAllocsTxn(txn *memdb.Txn, index uint64, now int64, nodeID string) e
 		jobs[[2]string{a.Namespace, a.JobID}] = true
 	}
 	// The jobs' status follows their allocations', as in UpsertAllocs.
-	for key := range jobs {
-		job, err := jobByIDTxn(txn, nil, key[0], key[1])
-		if err != nil {
-			return err
-		}
-		if job != nil {
-			if err := refreshJobTxn(txn, index, job, nil); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return refreshJobsTxn(txn, index, jobs)
 }
