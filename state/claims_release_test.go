@@ -21,6 +21,7 @@ func claimSetup(t *testing.T) (*StateStore, *structs.Node, *structs.CSIVolume, *
 	vol := testutil.CSIVolume("dev")
 	must.NoError(t, s.UpsertCSIVolume(11, []*structs.CSIVolume{vol}))
 	job := testJob("web")
+	job.TaskGroups[0].Count = 1
 	job.TaskGroups[0].Volumes = map[string]*structs.VolumeRequest{"data": {Name: "data", Type: "csi", Source: vol.ID,
 		AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem}}
 	must.NoError(t, s.UpsertJob(12, 100, job))
@@ -120,8 +121,10 @@ func TestCSIPastClaimsByState(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, map[string]int{"unpublishing": 0, "node-detached": 0, "controller-detached": 0, "ready-to-free": 0}, got)
 
-	releaseStep(t, s, 22, c, structs.CSIVolumeClaimStateNodeDetached)
+	releaseStep(t, s, 22, c, structs.CSIVolumeClaimStateUnpublishing)
+	releaseStep(t, s, 23, c, structs.CSIVolumeClaimStateNodeDetached)
 	got, err = s.CSIPastClaimsByState()
 	must.NoError(t, err)
 	must.Eq(t, 1, got["node-detached"])
+	must.Eq(t, 0, got["unpublishing"])
 }

@@ -100,6 +100,27 @@ func testAlloc(id, nodeID string) *structs.Allocation {
 	}
 }
 
+// testVolumeJob is the job of testAlloc's allocations: group "app" asks
+// for volume "vol" to write (single-node-writer) and to read
+// (multi-node-reader-only), as writeClaim and readClaim claim it.
+func testVolumeJob() *structs.Job {
+	return &structs.Job{
+		ID: "web", Namespace: structs.DefaultNamespace, Name: "web", Type: structs.JobTypeService,
+		TaskGroups: []*structs.TaskGroup{{
+			Name: "app", Count: 1,
+			Volumes: map[string]*structs.VolumeRequest{
+				"w": {Name: "w", Type: structs.VolumeTypeCSI, Source: "vol",
+					AccessMode:     structs.CSIVolumeAccessModeSingleNodeWriter,
+					AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem},
+				"r": {Name: "r", Type: structs.VolumeTypeCSI, Source: "vol", ReadOnly: true,
+					AccessMode:     structs.CSIVolumeAccessModeMultiNodeReader,
+					AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem},
+			},
+			Tasks: []*structs.Task{{Name: "t", Driver: structs.TaskDriverExec, Config: structs.TaskConfig{Command: "/bin/true"}}},
+		}},
+	}
+}
+
 func writeClaim(allocID, nodeID string) *structs.CSIVolumeClaim {
 	return &structs.CSIVolumeClaim{
 		AllocationID:   allocID,
@@ -135,11 +156,12 @@ func mustIndex(t *testing.T, s *StateStore, table string, want uint64) {
 	must.Eq(t, want, got, must.Sprintf("index of %s", table))
 }
 
-// setupVolume stores a node running a healthy node plugin "p" and a volume
-// "vol" of it, at indexes 10 and 11.
+// setupVolume stores testVolumeJob at index 9, a node running a healthy
+// node plugin "p" and a volume "vol" of it, at indexes 10 and 11.
 func setupVolume(t *testing.T) *StateStore {
 	t.Helper()
 	s := TestStateStore(t)
+	must.NoError(t, s.UpsertJob(9, 90, testVolumeJob()))
 	must.NoError(t, s.UpsertNode(10, healthyNodePlugin("n1", "p")))
 	must.NoError(t, s.UpsertCSIVolume(11, []*structs.CSIVolume{testVolume("vol", "p")}))
 	return s
@@ -164,4 +186,25 @@ func fired(ws memdb.WatchSet) bool {
 		}
 	}
 	return false
+}
+
+// restoreVolumeClaims adds release checkpoints to a stored volume as they
+// are, through the snapshot restore path, the only one that writes rows
+// unchecked: the state an allocation garbage collected during its release
+// leaves behind, which no write may create.
+func restoreVolumeClaims(t *testing.T, s *StateStore, volID string, past ...*structs.CSIVolumeClaim) {
+	t.Helper()
+	v, err := s.CSIVolumeByID(nil, ns, volID)
+	must.NoError(t, err)
+	must.NotNil(t, v)
+	for _, c := range past {
+		if v.PastClaims == nil {
+			v.PastClaims = map[string]*structs.CSIVolumeClaim{}
+		}
+		v.PastClaims[c.AllocationID] = c.Copy()
+	}
+	r, err := s.Restore()
+	must.NoError(t, err)
+	must.NoError(t, r.CSIVolumeRestore(v))
+	must.NoError(t, r.Commit())
 }
