@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/volplane/volplane/state"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -49,6 +50,9 @@ func (e *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 	if err != nil {
 		return err
 	}
+	if err := checkRequested(snap, vol, claim); err != nil {
+		return err
+	}
 	info := node.CSINodePlugins[vol.PluginID]
 	if info == nil || info.NodeInfo == nil {
 		return structs.NewError(structs.ErrCodeUnschedulable, "volume %q: allocation %q: node %q does not run plugin %q",
@@ -88,6 +92,39 @@ func (e *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 	reply.Volume = vol
 	e.srv.setQueryMeta(&reply.QueryMeta)
 	return nil
+}
+
+// checkRequested checks that the group of the claiming allocation asks for
+// this volume with the claim's modes: a node claims only what its
+// allocations need. The allocation is known to exist (the claim passed
+// state.CheckCSIVolumeClaim).
+func checkRequested(snap *state.StateSnapshot, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) error {
+	alloc, err := snap.AllocByID(nil, claim.AllocationID)
+	if err != nil {
+		return err
+	}
+	if alloc == nil {
+		return structs.ErrNotFound("volume %q: allocation %q not found", vol.ID, claim.AllocationID)
+	}
+	job, err := snap.JobByID(nil, alloc.Namespace, alloc.JobID)
+	if err != nil {
+		return err
+	}
+	var tg *structs.TaskGroup
+	if job != nil {
+		tg = job.LookupTaskGroup(alloc.TaskGroup)
+	}
+	if tg == nil {
+		return structs.ErrInvalid("volume %q: allocation %q: its job or group is gone", vol.ID, alloc.ID)
+	}
+	for _, req := range tg.Volumes {
+		if req.VolumeID(alloc.Name) == vol.ID && req.AccessMode == claim.AccessMode &&
+			req.AttachmentMode == claim.AttachmentMode && req.ClaimMode() == claim.Mode {
+			return nil
+		}
+	}
+	return structs.ErrInvalid("volume %q: group %q of allocation %q asks for no such volume with %s %s/%s",
+		vol.ID, tg.Name, alloc.ID, claim.Mode, claim.AccessMode, claim.AttachmentMode)
 }
 
 // controllerPublish asks a controller to attach the volume to the claim's

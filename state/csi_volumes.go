@@ -370,12 +370,13 @@ func claimTargetTxn(txn *memdb.Txn, namespace, id string, claim *structs.CSIVolu
 	return existing, v, nil
 }
 
-// checkClaimantTxn checks that the allocation of a new claim can take it:
-// it exists, is live, runs on the claim's node, is in the volume's
-// namespace, and its group asks for this volume with the claim's modes.
-// Releases need none of this: they may name allocations that are terminal
-// or already gone. The claim rules of the volume itself are
-// structs.CSIVolume.CheckClaim's.
+// checkClaimantTxn checks that the allocation of a new claim can hold it:
+// it exists, is live, runs on the claim's node and is in the volume's
+// namespace. Releases need none of this: they may name allocations that are
+// terminal or already gone. The claim rules of the volume itself are
+// structs.CSIVolume.CheckClaim's. Whether the node may make the claim at
+// all (its secret, its allocation's group asking for the volume) is the
+// leader's to decide before the write.
 func checkClaimantTxn(txn *memdb.Txn, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) error {
 	alloc, err := allocByIDTxn(txn, nil, claim.AllocationID)
 	if err != nil {
@@ -393,25 +394,7 @@ func checkClaimantTxn(txn *memdb.Txn, vol *structs.CSIVolume, claim *structs.CSI
 	case alloc.Namespace != vol.Namespace:
 		return structs.ErrInvalid("volume %q: allocation %q is in namespace %q", vol.ID, alloc.ID, alloc.Namespace)
 	}
-	job, err := jobByIDTxn(txn, nil, alloc.Namespace, alloc.JobID)
-	if err != nil {
-		return err
-	}
-	var tg *structs.TaskGroup
-	if job != nil {
-		tg = job.LookupTaskGroup(alloc.TaskGroup)
-	}
-	if tg == nil {
-		return structs.ErrInvalid("volume %q: allocation %q: its job or group is gone", vol.ID, alloc.ID)
-	}
-	for _, req := range tg.Volumes {
-		if req != nil && req.VolumeID(alloc.Name) == vol.ID && req.AccessMode == claim.AccessMode &&
-			req.AttachmentMode == claim.AttachmentMode && req.ClaimMode() == claim.Mode {
-			return nil
-		}
-	}
-	return structs.ErrInvalid("volume %q: group %q of allocation %q asks for no such volume with %s %s/%s",
-		vol.ID, tg.Name, alloc.ID, claim.Mode, claim.AccessMode, claim.AttachmentMode)
+	return nil
 }
 
 func claimCSIVolumeTxn(txn *memdb.Txn, index uint64, now int64, namespace, id string, claim *structs.CSIVolumeClaim) error {

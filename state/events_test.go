@@ -55,11 +55,9 @@ func releaseStep(t *testing.T, s *StateStore, index uint64, c *structs.CSIVolume
 }
 
 // claimLifecycle takes a claim of a1 on vol and releases it, with one failed
-// attempt on the node step, at indexes 19 (its job, which publishes no
-// event) to 27.
+// attempt on the node step, at indexes 20 to 27.
 func claimLifecycle(t *testing.T, s *StateStore) {
 	t.Helper()
-	must.NoError(t, s.UpsertJob(19, 19000, testVolumeJob()))
 	must.NoError(t, s.UpsertAllocs(20, []*structs.Allocation{testAlloc("a1", "n1")}))
 	c := writeClaim("a1", "n1")
 	c.PublishContext = map[string]string{"device": "/dev/secret-device"}
@@ -198,7 +196,6 @@ func TestEvents_ReplayBeyondTheRingIsRefused(t *testing.T) {
 	s.Events().ringSize = 3
 	must.NoError(t, s.UpsertNode(10, healthyNodePlugin("n1", "p")))
 	must.NoError(t, s.UpsertCSIVolume(11, []*structs.CSIVolume{testVolume("vol", "p")}))
-	must.NoError(t, s.UpsertJob(19, 19000, testVolumeJob()))
 	must.NoError(t, s.UpsertAllocs(20, []*structs.Allocation{testAlloc("a1", "n1")}))
 	must.NoError(t, s.CSIVolumeClaim(21, 21000, ns, "vol", writeClaim("a1", "n1")))
 	// The ring holds 11 VolumeRegistered, 21 VolumeUpdated, 21 ClaimTaken:

@@ -100,27 +100,6 @@ func testAlloc(id, nodeID string) *structs.Allocation {
 	}
 }
 
-// testVolumeJob is the job of testAlloc's allocations: group "app" asks
-// for volume "vol" to write (single-node-writer) and to read
-// (multi-node-reader-only), as writeClaim and readClaim claim it.
-func testVolumeJob() *structs.Job {
-	return &structs.Job{
-		ID: "web", Namespace: structs.DefaultNamespace, Name: "web", Type: structs.JobTypeService,
-		TaskGroups: []*structs.TaskGroup{{
-			Name: "app", Count: 1,
-			Volumes: map[string]*structs.VolumeRequest{
-				"w": {Name: "w", Type: structs.VolumeTypeCSI, Source: "vol",
-					AccessMode:     structs.CSIVolumeAccessModeSingleNodeWriter,
-					AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem},
-				"r": {Name: "r", Type: structs.VolumeTypeCSI, Source: "vol", ReadOnly: true,
-					AccessMode:     structs.CSIVolumeAccessModeMultiNodeReader,
-					AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem},
-			},
-			Tasks: []*structs.Task{{Name: "t", Driver: structs.TaskDriverExec, Config: structs.TaskConfig{Command: "/bin/true"}}},
-		}},
-	}
-}
-
 func writeClaim(allocID, nodeID string) *structs.CSIVolumeClaim {
 	return &structs.CSIVolumeClaim{
 		AllocationID:   allocID,
@@ -156,12 +135,11 @@ func mustIndex(t *testing.T, s *StateStore, table string, want uint64) {
 	must.Eq(t, want, got, must.Sprintf("index of %s", table))
 }
 
-// setupVolume stores testVolumeJob at index 9, a node running a healthy
-// node plugin "p" and a volume "vol" of it, at indexes 10 and 11.
+// setupVolume stores a node running a healthy node plugin "p" and a volume
+// "vol" of it, at indexes 10 and 11.
 func setupVolume(t *testing.T) *StateStore {
 	t.Helper()
 	s := TestStateStore(t)
-	must.NoError(t, s.UpsertJob(9, 90, testVolumeJob()))
 	must.NoError(t, s.UpsertNode(10, healthyNodePlugin("n1", "p")))
 	must.NoError(t, s.UpsertCSIVolume(11, []*structs.CSIVolume{testVolume("vol", "p")}))
 	return s

@@ -250,13 +250,7 @@ func (v *CSIVolume) Claim(c *CSIVolumeClaim) error {
 		if err := v.checkCheckpoint(c); err != nil {
 			return err
 		}
-		delete(v.ReadClaims, c.AllocationID)
-		delete(v.WriteClaims, c.AllocationID)
-		delete(v.PastClaims, c.AllocationID)
-		if !v.InUse() {
-			v.AccessMode = CSIVolumeAccessModeUnknown
-			v.AttachmentMode = CSIVolumeAttachmentModeUnknown
-		}
+		v.FreeClaims(c.AllocationID)
 		return nil
 	case CSIVolumeClaimStateUnpublishing, CSIVolumeClaimStateNodeDetached, CSIVolumeClaimStateControllerDetached:
 		if err := v.checkCheckpoint(c); err != nil {
@@ -327,6 +321,20 @@ func (v *CSIVolume) checkCheckpoint(c *CSIVolumeClaim) error {
 			v.ID, c.AllocationID, from, c.State)
 	}
 	return nil
+}
+
+// FreeClaims removes every claim of an allocation, live or being released,
+// and resets the current modes when no claim remains, without any check:
+// it is what a release's last step does, for views of the volume (the
+// scheduler's) that look ahead to it. Writes go through Claim.
+func (v *CSIVolume) FreeClaims(allocID string) {
+	delete(v.ReadClaims, allocID)
+	delete(v.WriteClaims, allocID)
+	delete(v.PastClaims, allocID)
+	if !v.InUse() {
+		v.AccessMode = CSIVolumeAccessModeUnknown
+		v.AttachmentMode = CSIVolumeAttachmentModeUnknown
+	}
 }
 
 func setClaim(m map[string]*CSIVolumeClaim, c *CSIVolumeClaim) map[string]*CSIVolumeClaim {
