@@ -99,6 +99,21 @@ func TestRelease_JobStopAndNodeDown(t *testing.T) {
 		must.NoError(t, s.DeregisterJob(20, 400, "default", "web", true))
 		must.NotNil(t, pastClaim(t, s, vol))
 	})
+	// A new version of the job that no longer asks for the volume replaces
+	// the allocation: the claim it still holds is released all the same.
+	t.Run("replaced by a version without the volume", func(t *testing.T) {
+		s, _, vol, alloc := claimSetup(t)
+		v2 := testJob("web")
+		v2.TaskGroups[0].Count = 1
+		must.NoError(t, s.UpsertJob(20, 400, v2))
+		stop := alloc.Copy()
+		stop.DesiredStatus, stop.DesiredDescription = structs.AllocDesiredStatusStop, "replaced by job version 1"
+		j, err := s.JobByID(nil, "default", "web")
+		must.NoError(t, err)
+		must.NoError(t, s.ApplyPlan(21, &structs.PlanApplyRequest{Namespace: "default", JobID: "web",
+			JobModifyIndex: j.JobModifyIndex, Allocs: []*structs.Allocation{stop}}))
+		must.NotNil(t, pastClaim(t, s, vol))
+	})
 	t.Run("node down", func(t *testing.T) {
 		s, node, vol, _ := claimSetup(t)
 		must.NoError(t, s.UpdateNodeStatus(20, &structs.NodeUpdateStatusRequest{NodeID: node.ID, Status: structs.NodeStatusDown, UpdatedAt: 500}))

@@ -37,6 +37,7 @@ func csiVolumesTableSchema() *memdb.TableSchema {
 				Indexer: &memdb.StringFieldIndex{Field: "PluginID"},
 			},
 			indexPastClaims: pastClaimsIndex(),
+			indexClaimAlloc: claimAllocIndex(),
 		},
 	}
 }
