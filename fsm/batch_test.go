@@ -48,6 +48,13 @@ func TestApplyBatch_SameAsOneByOne(t *testing.T) {
 			index = place(t, f, index, jobs[id], id, "n1")
 		}
 	}
+	checkpoint := func(c *structs.CSIVolumeClaim, st structs.CSIVolumeClaimState) *structs.CSIVolumeClaim {
+		c.State = st
+		return c
+	}
+	dropped := testVolume("", "vol-a", "p")
+	dropped.Context = map[string]string{"generation": "2"}
+	dropped.RequestedCapabilities = dropped.RequestedCapabilities[1:]
 	updated := testVolume("", "vol-a", "p")
 	updated.Context = map[string]string{"generation": "2"}
 	logs := []*raft.Log{
@@ -74,6 +81,11 @@ func TestApplyBatch_SameAsOneByOne(t *testing.T) {
 		claimOn(29, "vol-a", claim("a2", "n1", structs.CSIVolumeClaimWrite)), // vol-a again, and refused: max claims
 		claimOn(30, "vol-i", claim("a3", "n1", structs.CSIVolumeClaimWrite)),
 		claimOn(31, "nope", claim("a3", "n1", structs.CSIVolumeClaimWrite)), // refused: no such volume
+		register(32, dropped), // refused: a1 uses the capability
+		claimOn(33, "vol-i", checkpoint(claim("a3", "n1", structs.CSIVolumeClaimWrite), structs.CSIVolumeClaimStateNodeDetached)), // refused: skips the node step
+		claimOn(34, "vol-i", checkpoint(claim("a3", "n1", structs.CSIVolumeClaimWrite), structs.CSIVolumeClaimStateUnpublishing)),
+		claimOn(35, "vol-h", checkpoint(claim("a1", "n1", structs.CSIVolumeClaimRead), structs.CSIVolumeClaimStateUnpublishing)), // refused: a1 holds no claim on vol-h
+		register(36, testVolume("", "vol-k", "p")),
 	}
 	// The last event both sides publish, read up to in each.
 	last := register(40, testVolume("", "vol-last", "p"))
@@ -100,6 +112,13 @@ func TestApplyBatch_SameAsOneByOne(t *testing.T) {
 	must.NotNil(t, want[19], must.Sprint("the second writer is refused"))
 	must.Nil(t, want[20], must.Sprint("the claim after the refusal is applied"))
 	must.NotNil(t, want[21], must.Sprint("the claim of a missing volume is refused"))
+	for i, code := range map[int]structs.ErrorCode{22: structs.ErrCodeConflict, 23: structs.ErrCodeConflict, 25: structs.ErrCodeNotFound} {
+		err, ok := want[i].(*structs.Error)
+		must.True(t, ok, must.Sprintf("entry %d: a typed refusal, not %v", logs[i].Index, want[i]))
+		must.Eq(t, code, err.Code, must.Sprintf("entry %d: %v", logs[i].Index, err))
+	}
+	must.Nil(t, want[24], must.Sprint("the release starts after the refused checkpoint"))
+	must.Nil(t, want[26], must.Sprint("the register after the refusals is applied"))
 
 	for _, size := range []int{1, 2, 3, 4, 5, 7, len(logs)} {
 		t.Run(fmt.Sprintf("batches of %d", size), func(t *testing.T) {
