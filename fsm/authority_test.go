@@ -241,22 +241,10 @@ func TestAuthority_ConflictingClaimsOneGrant(t *testing.T) {
 // request body is refused or applied, never a panic that would stop every
 // replica at the same entry.
 func TestAuthority_EmptyRequestsDoNotPanic(t *testing.T) {
-	empty := map[structs.MessageType]any{
-		structs.NodeRegisterRequestType:        &structs.NodeRegisterRequest{},
-		structs.NodeDeregisterRequestType:      &structs.NodeDeregisterRequest{},
-		structs.NodeUpdateStatusRequestType:    &structs.NodeUpdateStatusRequest{},
-		structs.CSIVolumeRegisterRequestType:   &structs.CSIVolumeRegisterRequest{},
-		structs.CSIVolumeDeregisterRequestType: &structs.CSIVolumeDeregisterRequest{},
-		structs.CSIVolumeClaimRequestType:      &structs.CSIVolumeClaimRequest{},
-		structs.AllocUpsertRequestType:         &structs.AllocUpdateRequest{},
-		structs.JobRegisterRequestType:         &structs.JobRegisterRequest{},
-		structs.JobDeregisterRequestType:       &structs.JobDeregisterRequest{},
-		structs.PlanApplyRequestType:           &structs.PlanApplyRequest{},
-	}
 	for _, mt := range structs.MessageTypes() {
-		req, ok := empty[mt]
-		if !ok {
-			// A message type added later needs its empty request here.
+		req := newRequest(mt)
+		if req == nil {
+			// A message type added later needs its request in newRequest.
 			t.Fatalf("no empty request for %s", mt)
 		}
 		t.Run(mt.String(), func(t *testing.T) {
@@ -271,4 +259,73 @@ func TestAuthority_EmptyRequestsDoNotPanic(t *testing.T) {
 			must.Eq(t, before, dump(t, f.State()))
 		})
 	}
+}
+
+// newRequest returns an empty request of the type a message type's entries
+// carry.
+func newRequest(mt structs.MessageType) any {
+	switch mt {
+	case structs.NodeRegisterRequestType:
+		return &structs.NodeRegisterRequest{}
+	case structs.NodeDeregisterRequestType:
+		return &structs.NodeDeregisterRequest{}
+	case structs.NodeUpdateStatusRequestType:
+		return &structs.NodeUpdateStatusRequest{}
+	case structs.CSIVolumeRegisterRequestType:
+		return &structs.CSIVolumeRegisterRequest{}
+	case structs.CSIVolumeDeregisterRequestType:
+		return &structs.CSIVolumeDeregisterRequest{}
+	case structs.CSIVolumeClaimRequestType:
+		return &structs.CSIVolumeClaimRequest{}
+	case structs.AllocUpsertRequestType:
+		return &structs.AllocUpdateRequest{}
+	case structs.JobRegisterRequestType:
+		return &structs.JobRegisterRequest{}
+	case structs.JobDeregisterRequestType:
+		return &structs.JobDeregisterRequest{}
+	case structs.PlanApplyRequestType:
+		return &structs.PlanApplyRequest{}
+	}
+	return nil
+}
+
+// FuzzApply applies arbitrary entries that decode to an FSM holding claims,
+// releases and placed allocations: whatever an entry says, the FSM answers
+// nil or a typed refusal, never a panic, and a refused entry changes
+// nothing. (Entries that do not decode stop the FSM by design; they are
+// left out.)
+func FuzzApply(f *testing.F) {
+	for _, tc := range refusedEntries() {
+		buf, err := structs.Encode(tc.e.mt, tc.e.req)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(buf)
+	}
+	for _, mt := range structs.MessageTypes() {
+		buf, err := structs.Encode(mt, newRequest(mt))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(buf)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) == 0 {
+			return
+		}
+		req := newRequest(structs.MessageType(data[0]))
+		if req == nil || structs.Decode(data[1:], req) != nil {
+			return
+		}
+		fsm, next := authorityFSM(t)
+		before := dump(t, fsm.State())
+		resp := fsm.Apply(&raft.Log{Index: next, Term: 1, Type: raft.LogCommand, Data: data})
+		if resp == nil {
+			return
+		}
+		if _, ok := resp.(*structs.Error); !ok {
+			t.Fatalf("response %#v is not a *structs.Error", resp)
+		}
+		must.Eq(t, before, dump(t, fsm.State()))
+	})
 }
