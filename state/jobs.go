@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -218,10 +219,11 @@ func (s *StateStore) ApplyPlan(index uint64, req *structs.PlanApplyRequest) erro
 	return commit(txn, index)
 }
 
-// jobSlots maps each slot of a job that a live allocation holds to that
-// allocation's ID. A slot is a group's allocation name for service and
-// batch jobs and the group on a node for system and sysbatch jobs.
-type jobSlots map[[2]string]string
+// jobSlots maps each slot of a job that live allocations hold to their
+// IDs (more than one only in a state written before slots were checked). A
+// slot is a group's allocation name for service and batch jobs and the
+// group on a node for system and sysbatch jobs.
+type jobSlots map[[2]string][]string
 
 func slotOf(job *structs.Job, a *structs.Allocation) [2]string {
 	if job.IsSystem() {
@@ -231,7 +233,9 @@ func slotOf(job *structs.Job, a *structs.Allocation) [2]string {
 }
 
 func (s jobSlots) free(job *structs.Job, a *structs.Allocation) {
-	if k := slotOf(job, a); s[k] == a.ID {
+	k := slotOf(job, a)
+	s[k] = slices.DeleteFunc(s[k], func(id string) bool { return id == a.ID })
+	if len(s[k]) == 0 {
 		delete(s, k)
 	}
 }
@@ -246,7 +250,8 @@ func liveSlotsTxn(txn *memdb.Txn, job *structs.Job) (jobSlots, error) {
 	slots := jobSlots{}
 	for _, a := range allocs {
 		if !a.Terminal() {
-			slots[slotOf(job, a)] = a.ID
+			k := slotOf(job, a)
+			slots[k] = append(slots[k], a.ID)
 		}
 	}
 	return slots, nil
@@ -268,10 +273,10 @@ func checkPlacementTxn(txn *memdb.Txn, job *structs.Job, a *structs.Allocation, 
 		return structs.ErrConflict("allocation %q: node %q is down", a.ID, a.NodeID)
 	}
 	k := slotOf(job, a)
-	if holder, ok := slots[k]; ok {
-		return structs.ErrConflict("allocation %q: allocation %q holds %s already", a.ID, holder, describeSlot(job, a))
+	if holders := slots[k]; len(holders) > 0 {
+		return structs.ErrConflict("allocation %q: allocation %q holds %s already", a.ID, holders[0], describeSlot(job, a))
 	}
-	slots[k] = a.ID
+	slots[k] = []string{a.ID}
 	return nil
 }
 
