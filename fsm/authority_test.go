@@ -242,11 +242,9 @@ func TestAuthority_ConflictingClaimsOneGrant(t *testing.T) {
 // replica at the same entry.
 func TestAuthority_EmptyRequestsDoNotPanic(t *testing.T) {
 	for _, mt := range structs.MessageTypes() {
+		// A message type added later needs its request in newRequest.
 		req := newRequest(mt)
-		if req == nil {
-			// A message type added later needs its request in newRequest.
-			t.Fatalf("no empty request for %s", mt)
-		}
+		must.NotNil(t, req, must.Sprintf("no empty request for %s", mt))
 		t.Run(mt.String(), func(t *testing.T) {
 			f, next := authorityFSM(t)
 			before := dump(t, f.State())
@@ -297,16 +295,12 @@ func newRequest(mt structs.MessageType) any {
 func FuzzApply(f *testing.F) {
 	for _, tc := range refusedEntries() {
 		buf, err := structs.Encode(tc.e.mt, tc.e.req)
-		if err != nil {
-			f.Fatal(err)
-		}
+		must.NoError(f, err)
 		f.Add(buf)
 	}
 	for _, mt := range structs.MessageTypes() {
 		buf, err := structs.Encode(mt, newRequest(mt))
-		if err != nil {
-			f.Fatal(err)
-		}
+		must.NoError(f, err)
 		f.Add(buf)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -323,9 +317,8 @@ func FuzzApply(f *testing.F) {
 		if resp == nil {
 			return
 		}
-		if _, ok := resp.(*structs.Error); !ok {
-			t.Fatalf("response %#v is not a *structs.Error", resp)
-		}
+		_, ok := resp.(*structs.Error)
+		must.True(t, ok, must.Sprintf("response %#v is not a *structs.Error", resp))
 		must.Eq(t, before, dump(t, fsm.State()))
 	})
 }
