@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -40,11 +41,18 @@ func (claimAllocIndexer) FromObject(obj any) (bool, [][]byte, error) {
 	if !ok {
 		return false, nil, fmt.Errorf("state: claim index of a %T", obj)
 	}
-	var keys [][]byte
+	ids := make([]string, 0, len(v.ReadClaims)+len(v.WriteClaims))
 	for _, m := range []map[string]*structs.CSIVolumeClaim{v.ReadClaims, v.WriteClaims} {
 		for id := range m {
-			keys = append(keys, append([]byte(id), 0))
+			ids = append(ids, id)
 		}
+	}
+	// Sorted, so that a write that keeps the claims finds every key where
+	// it was and memdb skips deleting it.
+	slices.Sort(ids)
+	keys := make([][]byte, len(ids))
+	for i, id := range ids {
+		keys[i] = append([]byte(id), 0)
 	}
 	return len(keys) > 0, keys, nil
 }
