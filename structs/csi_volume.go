@@ -536,18 +536,13 @@ func (v *CSIVolume) Merge(update *CSIVolume) (*CSIVolume, error) {
 	if len(update.Parameters) > 0 && !maps.Equal(update.Parameters, v.Parameters) {
 		m.Add("volume parameters cannot be updated")
 	}
-	subject := fmt.Sprintf("volume %q cannot be updated", v.ID)
-	if inUse.Len() == 0 {
-		if err := m.ErrorOrNil(subject); err != nil {
-			return nil, err
-		}
-	} else {
-		// Every problem in one message; the code says whether waiting for
-		// the claims to go could ever help.
-		m.Errors = append(m.Errors, inUse.Errors...)
-		err := m.ErrorOrNil(subject).(*Error)
-		if m.Len() == inUse.Len() {
-			err.Code = ErrCodeConflict
+	// Every problem in one message; the code says whether waiting for the
+	// claims to go could ever help.
+	refused := m.Len()
+	m.Errors = append(m.Errors, inUse.Errors...)
+	if err := m.ErrorOrNil(fmt.Sprintf("volume %q cannot be updated", v.ID)); err != nil {
+		if refused == 0 {
+			return nil, &Error{Code: ErrCodeConflict, Message: MessageOf(err)}
 		}
 		return nil, err
 	}
