@@ -15,8 +15,9 @@ func init() {
 		(*state.StateRestore).AllocRestore)
 }
 
-// applyAllocUpsert stamps the leader's time on the allocations; the store
-// keeps CreateTime of those that already exist.
+// applyAllocUpsert records clients' reports on their allocations, stamped
+// with the leader's time; the store takes only what a client owns from
+// them (state.StateStore.UpdateAllocsFromClient).
 func applyAllocUpsert(_ *FSM, st *state.StateStore, index uint64, req *structs.AllocUpdateRequest) error {
 	for _, a := range req.Allocs {
 		if a == nil {
@@ -25,7 +26,7 @@ func applyAllocUpsert(_ *FSM, st *state.StateStore, index uint64, req *structs.A
 		if a.Namespace == "" {
 			a.Namespace = req.RequestNamespace()
 		}
-		a.CreateTime, a.ModifyTime = req.Timestamp, req.Timestamp
+		a.ModifyTime = req.Timestamp
 	}
-	return st.UpsertAllocs(index, req.Allocs)
+	return st.UpdateAllocsFromClient(index, req.Allocs)
 }

@@ -35,6 +35,26 @@ func TestApplyBatch_SameAsOneByOne(t *testing.T) {
 			WriteRequest: structs.WriteRequest{Namespace: "prod"},
 		})
 	}
+	// The allocations that claim below, placed before the log starts.
+	jobs := map[string]*structs.Job{
+		"a1": volumeJob("prod", "w1", "vol-a"),
+		"a2": volumeJob("prod", "w2", "vol-h", "vol-a"),
+		"a3": volumeJob("prod", "w3", "vol-i"),
+	}
+	setup := func(t *testing.T, f *FSM) {
+		mustApply(t, f, 1, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: testNode("n1", "p")})
+		index := uint64(2)
+		for _, id := range []string{"a1", "a2", "a3"} {
+			index = place(t, f, index, jobs[id], id, "n1")
+		}
+	}
+	checkpoint := func(c *structs.CSIVolumeClaim, st structs.CSIVolumeClaimState) *structs.CSIVolumeClaim {
+		c.State = st
+		return c
+	}
+	dropped := testVolume("", "vol-a", "p")
+	dropped.Context = map[string]string{"generation": "2"}
+	dropped.RequestedCapabilities = dropped.RequestedCapabilities[1:]
 	updated := testVolume("", "vol-a", "p")
 	updated.Context = map[string]string{"generation": "2"}
 	logs := []*raft.Log{
@@ -54,18 +74,24 @@ func TestApplyBatch_SameAsOneByOne(t *testing.T) {
 		{Index: 23, Term: 1, Type: raft.LogBarrier},
 		register(24, testVolume("", "vol-i", "p")),
 		entry(25, structs.AllocUpsertRequestType, &structs.AllocUpdateRequest{Timestamp: 25000, Allocs: []*structs.Allocation{
-			testAlloc("prod", "a1", "n1"), testAlloc("prod", "a2", "n1"), testAlloc("prod", "a3", "n1")}}),
+			running(jobs["a1"], "a1", "n1"), running(jobs["a2"], "a2", "n1"), running(jobs["a3"], "a3", "n1")}}),
 		claimOn(26, "vol-a", claim("a1", "n1", structs.CSIVolumeClaimWrite)),
 		register(27, testVolume("", "vol-j", "p")), // a register and claims share runs
 		claimOn(28, "vol-h", claim("a2", "n1", structs.CSIVolumeClaimRead)),
 		claimOn(29, "vol-a", claim("a2", "n1", structs.CSIVolumeClaimWrite)), // vol-a again, and refused: max claims
 		claimOn(30, "vol-i", claim("a3", "n1", structs.CSIVolumeClaimWrite)),
 		claimOn(31, "nope", claim("a3", "n1", structs.CSIVolumeClaimWrite)), // refused: no such volume
+		register(32, dropped), // refused: a1 uses the capability
+		claimOn(33, "vol-i", checkpoint(claim("a3", "n1", structs.CSIVolumeClaimWrite), structs.CSIVolumeClaimStateNodeDetached)), // refused: skips the node step
+		claimOn(34, "vol-i", checkpoint(claim("a3", "n1", structs.CSIVolumeClaimWrite), structs.CSIVolumeClaimStateUnpublishing)),
+		claimOn(35, "vol-h", checkpoint(claim("a1", "n1", structs.CSIVolumeClaimRead), structs.CSIVolumeClaimStateUnpublishing)), // refused: a1 holds no claim on vol-h
+		register(36, testVolume("", "vol-k", "p")),
 	}
 	// The last event both sides publish, read up to in each.
 	last := register(40, testVolume("", "vol-last", "p"))
 
 	ref := testFSM(t)
+	setup(t, ref)
 	refSub, err := ref.State().Events().Subscribe(nil, 0)
 	must.NoError(t, err)
 	var want []any
@@ -86,10 +112,18 @@ func TestApplyBatch_SameAsOneByOne(t *testing.T) {
 	must.NotNil(t, want[19], must.Sprint("the second writer is refused"))
 	must.Nil(t, want[20], must.Sprint("the claim after the refusal is applied"))
 	must.NotNil(t, want[21], must.Sprint("the claim of a missing volume is refused"))
+	for i, code := range map[int]structs.ErrorCode{22: structs.ErrCodeConflict, 23: structs.ErrCodeConflict, 25: structs.ErrCodeNotFound} {
+		err, ok := want[i].(*structs.Error)
+		must.True(t, ok, must.Sprintf("entry %d: a typed refusal, not %v", logs[i].Index, want[i]))
+		must.Eq(t, code, err.Code, must.Sprintf("entry %d: %v", logs[i].Index, err))
+	}
+	must.Nil(t, want[24], must.Sprint("the release starts after the refused checkpoint"))
+	must.Nil(t, want[26], must.Sprint("the register after the refusals is applied"))
 
 	for _, size := range []int{1, 2, 3, 4, 5, 7, len(logs)} {
 		t.Run(fmt.Sprintf("batches of %d", size), func(t *testing.T) {
 			f := testFSM(t)
+			setup(t, f)
 			sub, err := f.State().Events().Subscribe(nil, 0)
 			must.NoError(t, err)
 			var got []any
@@ -104,7 +138,8 @@ func TestApplyBatch_SameAsOneByOne(t *testing.T) {
 				must.Eq(t, fmt.Sprint(want[i]), fmt.Sprint(got[i]), must.Sprintf("response to entry %d", logs[i].Index))
 			}
 			must.Eq(t, volumes(t, ref.State()), volumes(t, f.State()))
-			for _, table := range []string{state.TableCSIVolumes, state.TableNodes, state.TableCSIPlugins} {
+			for _, table := range []string{state.TableCSIVolumes, state.TableNodes, state.TableCSIPlugins,
+				state.TableAllocs, state.TableJobs} {
 				refIndex, err := ref.State().Index(table)
 				must.NoError(t, err)
 				gotIndex, err := f.State().Index(table)

@@ -72,11 +72,61 @@ func testVolume(namespace, id, pluginID string) *structs.CSIVolume {
 	}
 }
 
-func testAlloc(namespace, id, nodeID string) *structs.Allocation {
-	return &structs.Allocation{
-		ID: id, Namespace: namespace, Name: "web.app[0]", JobID: "web", TaskGroup: "app", NodeID: nodeID,
-		DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning,
+// volumeJob is a service job of one group "app" of count 1 that asks for
+// each source volume in the mode claim uses (multi-node-single-writer), to
+// write (alias "w-<source>") and to read ("r-<source>").
+func volumeJob(namespace, id string, sources ...string) *structs.Job {
+	tg := &structs.TaskGroup{Name: "app", Count: 1, Volumes: map[string]*structs.VolumeRequest{},
+		Tasks: []*structs.Task{{Name: "t", Driver: structs.TaskDriverExec, Config: structs.TaskConfig{Command: "/bin/true"}}}}
+	for _, src := range sources {
+		for _, ro := range []bool{false, true} {
+			alias := "w-" + src
+			if ro {
+				alias = "r-" + src
+			}
+			tg.Volumes[alias] = &structs.VolumeRequest{Name: alias, Type: structs.VolumeTypeCSI, Source: src, ReadOnly: ro,
+				AccessMode:     structs.CSIVolumeAccessModeMultiNodeSingleWriter,
+				AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem}
+		}
 	}
+	return &structs.Job{ID: id, Namespace: namespace, Name: id, Type: structs.JobTypeService,
+		TaskGroups: []*structs.TaskGroup{tg}}
+}
+
+// newAlloc is the allocation a plan places for slot 0 of job's group "app".
+func newAlloc(job *structs.Job, id, nodeID string) *structs.Allocation {
+	return &structs.Allocation{
+		ID: id, Namespace: job.Namespace, Name: structs.AllocName(job.ID, "app", 0), JobID: job.ID, TaskGroup: "app",
+		NodeID: nodeID, DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusPending,
+	}
+}
+
+// place registers job at index and places its allocation allocID on a
+// node at index+1, through the FSM as the leader would write them; it
+// returns the next free index.
+func place(t *testing.T, f *FSM, index uint64, job *structs.Job, allocID, nodeID string) uint64 {
+	t.Helper()
+	mustApply(t, f, index, structs.JobRegisterRequestType, &structs.JobRegisterRequest{Job: job, Timestamp: int64(index)})
+	mustApply(t, f, index+1, structs.PlanApplyRequestType, &structs.PlanApplyRequest{Namespace: job.Namespace, JobID: job.ID,
+		JobModifyIndex: index, Allocs: []*structs.Allocation{newAlloc(job, allocID, nodeID)}, Timestamp: int64(index + 1)})
+	return index + 2
+}
+
+// running is the client's report that job's allocation allocID runs.
+func running(job *structs.Job, allocID, nodeID string) *structs.Allocation {
+	a := newAlloc(job, allocID, nodeID)
+	a.ClientStatus = structs.AllocClientStatusRunning
+	return a
+}
+
+// placeRunning places job's allocation (see place) and has the client
+// report it running at the index after; it returns the next free index.
+func placeRunning(t *testing.T, f *FSM, index uint64, job *structs.Job, allocID, nodeID string) uint64 {
+	t.Helper()
+	index = place(t, f, index, job, allocID, nodeID)
+	mustApply(t, f, index, structs.AllocUpsertRequestType, &structs.AllocUpdateRequest{
+		Allocs: []*structs.Allocation{running(job, allocID, nodeID)}, Timestamp: int64(index)})
+	return index + 1
 }
 
 func claim(allocID, nodeID string, mode structs.CSIVolumeClaimMode) *structs.CSIVolumeClaim {
@@ -216,11 +266,10 @@ func TestApply_CSIVolumes(t *testing.T) {
 	}), structs.ErrCodeNotFound)
 
 	// Claims: the claim time is the request's.
-	mustApply(t, f, 14, structs.AllocUpsertRequestType, &structs.AllocUpdateRequest{
-		Allocs: []*structs.Allocation{testAlloc("prod", "a1", "n1"), testAlloc("prod", "a2", "n1")}, Timestamp: 3500,
-	})
+	next := placeRunning(t, f, 14, volumeJob("prod", "web1", "vol"), "a1", "n1")
+	placeRunning(t, f, next, volumeJob("prod", "web2", "vol"), "a2", "n1") // 17 to 19
 	prod := structs.WriteRequest{Namespace: "prod"}
-	mustApply(t, f, 15, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
+	mustApply(t, f, 20, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
 		VolumeID: "vol", Claim: claim("a1", "n1", structs.CSIVolumeClaimWrite), Timestamp: 4000, WriteRequest: prod,
 	})
 	v, err = st.CSIVolumeByID(nil, "prod", "vol")
@@ -230,25 +279,29 @@ func TestApply_CSIVolumes(t *testing.T) {
 	must.Eq(t, map[string]string{"device": "/dev/xvdb"}, v.WriteClaims["a1"].PublishContext)
 
 	// A second writer is refused with the claim rules' typed error.
-	resp := apply(t, f, 16, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
+	resp := apply(t, f, 21, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
 		VolumeID: "vol", Claim: claim("a2", "n1", structs.CSIVolumeClaimWrite), Timestamp: 4100, WriteRequest: prod,
 	})
 	mustRespCode(t, resp, structs.ErrCodeMaxClaims)
 	must.StrContains(t, resp.(error).Error(), `"a1"`)
 
 	// Deregistration uses the request's namespace and is refused in use.
-	mustRespCode(t, apply(t, f, 17, structs.CSIVolumeDeregisterRequestType, &structs.CSIVolumeDeregisterRequest{
+	mustRespCode(t, apply(t, f, 22, structs.CSIVolumeDeregisterRequestType, &structs.CSIVolumeDeregisterRequest{
 		VolumeIDs: []string{"vol"}, WriteRequest: prod,
 	}), structs.ErrCodeConflict)
 	free := claim("a1", "n1", structs.CSIVolumeClaimWrite)
-	free.State = structs.CSIVolumeClaimStateReadyToFree
-	mustApply(t, f, 18, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
+	free.State = structs.CSIVolumeClaimStateUnpublishing
+	mustApply(t, f, 23, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
 		VolumeID: "vol", Claim: free, Timestamp: 5000, WriteRequest: prod,
 	})
-	mustRespCode(t, apply(t, f, 19, structs.CSIVolumeDeregisterRequestType, &structs.CSIVolumeDeregisterRequest{
+	free.State = structs.CSIVolumeClaimStateReadyToFree
+	mustApply(t, f, 24, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
+		VolumeID: "vol", Claim: free, Timestamp: 5000, WriteRequest: prod,
+	})
+	mustRespCode(t, apply(t, f, 25, structs.CSIVolumeDeregisterRequestType, &structs.CSIVolumeDeregisterRequest{
 		VolumeIDs: []string{"vol"},
 	}), structs.ErrCodeNotFound)
-	mustApply(t, f, 20, structs.CSIVolumeDeregisterRequestType, &structs.CSIVolumeDeregisterRequest{
+	mustApply(t, f, 26, structs.CSIVolumeDeregisterRequestType, &structs.CSIVolumeDeregisterRequest{
 		VolumeIDs: []string{"vol"}, WriteRequest: prod,
 	})
 	v, err = st.CSIVolumeByID(nil, "prod", "vol")
@@ -258,26 +311,32 @@ func TestApply_CSIVolumes(t *testing.T) {
 
 func TestApply_Allocs(t *testing.T) {
 	f := testFSM(t)
-	a := testAlloc("", "a1", "n1")
-	mustApply(t, f, 10, structs.AllocUpsertRequestType, &structs.AllocUpdateRequest{
-		Allocs: []*structs.Allocation{a}, Timestamp: 100,
-	})
+	mustApply(t, f, 9, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: testNode("n1")})
+	job := volumeJob(ns, "web")
+	mustApply(t, f, 10, structs.JobRegisterRequestType, &structs.JobRegisterRequest{Job: job, Timestamp: 50})
+	a := newAlloc(job, "a1", "n1")
+	a.CreateTime, a.ModifyTime = 100, 100
+	mustApply(t, f, 11, structs.PlanApplyRequestType, &structs.PlanApplyRequest{Namespace: ns, JobID: "web",
+		JobModifyIndex: 10, Allocs: []*structs.Allocation{a}, Timestamp: 100})
 	got, err := f.State().AllocByID(nil, "a1")
 	must.NoError(t, err)
-	must.Eq(t, ns, got.Namespace)
 	must.Eq(t, int64(100), got.CreateTime)
 	must.Eq(t, int64(100), got.ModifyTime)
 
-	a.Namespace = ns
-	a.ClientStatus = structs.AllocClientStatusComplete
-	mustApply(t, f, 11, structs.AllocUpsertRequestType, &structs.AllocUpdateRequest{
-		Allocs: []*structs.Allocation{a}, Timestamp: 200,
+	// A client report without a namespace gets the request's; it keeps
+	// the creation time and takes the request's time.
+	done := a.Copy()
+	done.Namespace = ""
+	done.ClientStatus = structs.AllocClientStatusComplete
+	mustApply(t, f, 12, structs.AllocUpsertRequestType, &structs.AllocUpdateRequest{
+		Allocs: []*structs.Allocation{done}, Timestamp: 200,
 	})
 	got, err = f.State().AllocByID(nil, "a1")
 	must.NoError(t, err)
+	must.Eq(t, structs.AllocClientStatusComplete, got.ClientStatus)
 	must.Eq(t, int64(100), got.CreateTime)
 	must.Eq(t, int64(200), got.ModifyTime)
-	must.Eq(t, uint64(11), got.ModifyIndex)
+	must.Eq(t, uint64(12), got.ModifyIndex)
 	byJob, err := f.State().AllocsByJob(nil, ns, "web")
 	must.NoError(t, err)
 	must.Len(t, 1, byJob)

@@ -39,7 +39,10 @@ func applyPlan(_ *FSM, st *state.StateStore, index uint64, req *structs.PlanAppl
 			a.CreateTime = req.Timestamp
 		}
 	}
-	for _, p := range req.Placement {
+	for name, p := range req.Placement {
+		if p == nil {
+			return structs.ErrInvalid("plan for job %q: empty placement of group %q", req.JobID, name)
+		}
 		p.UpdatedAt = req.Timestamp
 	}
 	return st.ApplyPlan(index, req)

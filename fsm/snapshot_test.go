@@ -65,35 +65,36 @@ func populate(t *testing.T, f *FSM) {
 		Volumes:   []*structs.CSIVolume{testVolume(ns, "v1", "p"), testVolume("prod", "v2", "q")},
 		Timestamp: 1000,
 	})
-	mustApply(t, f, 13, structs.AllocUpsertRequestType, &structs.AllocUpdateRequest{
-		Allocs: []*structs.Allocation{
-			testAlloc(ns, "a1", "n1"), testAlloc(ns, "a2", "n2"), testAlloc("prod", "a3", "n2"),
-		},
-		Timestamp: 2000,
-	})
-	mustApply(t, f, 14, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
+	next := placeRunning(t, f, 13, volumeJob(ns, "web1", "v1"), "a1", "n1")
+	next = placeRunning(t, f, next, volumeJob(ns, "web2", "v1"), "a2", "n2")
+	placeRunning(t, f, next, volumeJob("prod", "web3", "v2"), "a3", "n2") // 19 to 21
+	mustApply(t, f, 22, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
 		VolumeID: "v1", Claim: claim("a1", "n1", structs.CSIVolumeClaimWrite), Timestamp: 3000,
 	})
-	mustApply(t, f, 15, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
+	mustApply(t, f, 23, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
 		VolumeID: "v1", Claim: claim("a2", "n2", structs.CSIVolumeClaimRead), Timestamp: 3001,
 	})
 	prod := structs.WriteRequest{Namespace: "prod"}
-	mustApply(t, f, 16, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
+	mustApply(t, f, 24, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
 		VolumeID: "v2", Claim: claim("a3", "n2", structs.CSIVolumeClaimWrite), Timestamp: 3002, WriteRequest: prod,
 	})
 	release := claim("a3", "n2", structs.CSIVolumeClaimWrite)
+	release.State = structs.CSIVolumeClaimStateUnpublishing
+	mustApply(t, f, 25, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
+		VolumeID: "v2", Claim: release, Timestamp: 3003, WriteRequest: prod,
+	})
 	release.State = structs.CSIVolumeClaimStateNodeDetached
 	release.Attempts, release.LastError, release.NextAttempt = 2, "controller timed out", 9000
-	mustApply(t, f, 17, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
-		VolumeID: "v2", Claim: release, Timestamp: 3003, WriteRequest: prod,
+	mustApply(t, f, 26, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
+		VolumeID: "v2", Claim: release, Timestamp: 3004, WriteRequest: prod,
 	})
 	job := &structs.Job{ID: "j1", Namespace: ns, Name: "j1", Type: structs.JobTypeService,
 		TaskGroups: []*structs.TaskGroup{{Name: "g", Count: 1, Volumes: map[string]*structs.VolumeRequest{
 			"data": {Name: "data", Type: "csi", Source: "v1", PerAlloc: true,
 				AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem},
 		}, Tasks: []*structs.Task{{Name: "t", Driver: "exec", Config: structs.TaskConfig{Command: "/bin/true"}}}}}}
-	mustApply(t, f, 18, structs.JobRegisterRequestType, &structs.JobRegisterRequest{Job: job, Timestamp: 4000})
-	mustApply(t, f, 19, structs.PlanApplyRequestType, &structs.PlanApplyRequest{Namespace: ns, JobID: "j1", JobModifyIndex: 18,
+	mustApply(t, f, 27, structs.JobRegisterRequestType, &structs.JobRegisterRequest{Job: job, Timestamp: 4000})
+	mustApply(t, f, 28, structs.PlanApplyRequestType, &structs.PlanApplyRequest{Namespace: ns, JobID: "j1", JobModifyIndex: 27,
 		Placement: map[string]*structs.GroupPlacement{"g": {Desired: 1, Blocked: []string{`volume "v1[0]" does not exist`}}},
 		Timestamp: 4001})
 }
@@ -138,7 +139,7 @@ func TestSnapshot_RoundTrip(t *testing.T) {
 	must.Len(t, 2, want[state.TableCSIPlugins])
 	must.Len(t, 2, want[state.TableCSIVolumes])
 	must.Len(t, 3, want[state.TableAllocs])
-	must.Len(t, 1, want[state.TableJobs])
+	must.Len(t, 4, want[state.TableJobs])
 	must.Len(t, 1, want[state.TableNodeIntro])
 	must.Len(t, 6, want[state.TableIndex])
 	// The single-use token that introduced n1 is marked used.
@@ -165,14 +166,14 @@ func TestSnapshot_RoundTrip(t *testing.T) {
 	must.Eq(t, structs.CSISecrets{"token": "s3cret"}, v2.Secrets)
 	latest, err := dst.State().LatestIndex()
 	must.NoError(t, err)
-	must.Eq(t, uint64(19), latest)
+	must.Eq(t, uint64(28), latest)
 	j, err := dst.State().JobByID(nil, ns, "j1")
 	must.NoError(t, err)
 	must.Eq(t, []string{`volume "v1[0]" does not exist`}, j.Placement["g"].Blocked)
 	must.True(t, j.TaskGroups[0].Volumes["data"].PerAlloc)
 
 	// The restored FSM keeps applying where the source left off.
-	mustApply(t, dst, 20, structs.NodeDeregisterRequestType, &structs.NodeDeregisterRequest{NodeIDs: []string{"n1"}})
+	mustApply(t, dst, 29, structs.NodeDeregisterRequestType, &structs.NodeDeregisterRequest{NodeIDs: []string{"n1"}})
 }
 
 func TestSnapshot_PointInTime(t *testing.T) {
@@ -183,7 +184,7 @@ func TestSnapshot_PointInTime(t *testing.T) {
 	want := dump(t, f.State())
 
 	// Applies after the snapshot was taken are not in it.
-	mustApply(t, f, 20, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: testNode("n9")})
+	mustApply(t, f, 29, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: testNode("n9")})
 
 	sink := &memSink{}
 	must.NoError(t, snap.Persist(sink))

@@ -415,17 +415,22 @@ func TestPlace_NoChange(t *testing.T) {
 }
 
 func TestPlace_BatchDone(t *testing.T) {
-	h := newHarness(t, devNodes("n1")...)
-	job := h.register(schedtest.Job("b", structs.JobTypeBatch, 1))
-	plan := h.run(job)
-	done := plan.Allocs[0].Copy()
-	done.ClientStatus = structs.AllocClientStatusComplete
-	h.s.Allocs(done)
+	// A batch allocation that completed is done; one that failed is
+	// replaced. (A terminal client status is final, so each is its own
+	// allocation.)
+	end := func(t *testing.T, status string) (*harness, *structs.Job) {
+		h := newHarness(t, devNodes("n1")...)
+		job := h.register(schedtest.Job("b", structs.JobTypeBatch, 1))
+		plan := h.run(job)
+		a := plan.Allocs[0].Copy()
+		a.ClientStatus = status
+		h.s.Allocs(a)
+		return h, job
+	}
+	h, job := end(t, structs.AllocClientStatusComplete)
 	must.Nil(t, h.place(job))
 
-	failed := done.Copy()
-	failed.ClientStatus = structs.AllocClientStatusFailed
-	h.s.Allocs(failed)
+	h, job = end(t, structs.AllocClientStatusFailed)
 	must.Eq(t, map[string]string{"b.g[0]": "n1"}, where(h.place(job)))
 }
 

@@ -35,16 +35,23 @@ func (e *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 	if err != nil {
 		return err
 	}
-	node, err := e.checkClaimant(snap, args, claim, ns)
+	node, err := snap.NodeByID(nil, claim.NodeID)
 	if err != nil {
 		return err
 	}
-	vol, err := snap.CSIVolumeByID(nil, ns, args.VolumeID)
+	if node == nil || !secretEqual(node.SecretID, args.NodeSecretID) {
+		return structs.NewError(structs.ErrCodePermissionDenied, "volume %q: claim for node %q refused: unknown node or wrong node secret",
+			args.VolumeID, claim.NodeID)
+	}
+	// The claim rules, as the FSM applies them again to the state the
+	// claim is written to.
+	claim.ClaimedAt = 0
+	vol, err := snap.CheckCSIVolumeClaim(ns, args.VolumeID, claim)
 	if err != nil {
 		return err
 	}
-	if vol == nil {
-		return structs.ErrNotFound("volume %q not found (allocation %q)", args.VolumeID, claim.AllocationID)
+	if err := checkRequested(snap, vol, claim); err != nil {
+		return err
 	}
 	info := node.CSINodePlugins[vol.PluginID]
 	if info == nil || info.NodeInfo == nil {
@@ -52,10 +59,6 @@ func (e *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 			vol.ID, claim.AllocationID, node.ID, vol.PluginID)
 	}
 	claim.ExternalNodeID = info.NodeInfo.ID
-	claim.ClaimedAt = 0
-	if err := vol.CheckClaim(claim); err != nil {
-		return err
-	}
 
 	args.Claim = claim
 	args.Timestamp = structs.NowNano()
@@ -91,52 +94,37 @@ func (e *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 	return nil
 }
 
-// checkClaimant authenticates the node and checks that the allocation is
-// live on it and that its group asks for this volume.
-func (e *CSIVolume) checkClaimant(snap *state.StateSnapshot, args *structs.CSIVolumeClaimRequest, claim *structs.CSIVolumeClaim, ns string) (*structs.Node, error) {
-	node, err := snap.NodeByID(nil, claim.NodeID)
-	if err != nil {
-		return nil, err
-	}
-	if node == nil || !secretEqual(node.SecretID, args.NodeSecretID) {
-		return nil, structs.NewError(structs.ErrCodePermissionDenied, "volume %q: claim for node %q refused: unknown node or wrong node secret",
-			args.VolumeID, claim.NodeID)
-	}
+// checkRequested checks that the group of the claiming allocation asks for
+// this volume with the claim's modes: a node claims only what its
+// allocations need. The allocation is known to exist (the claim passed
+// state.CheckCSIVolumeClaim).
+func checkRequested(snap *state.StateSnapshot, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) error {
 	alloc, err := snap.AllocByID(nil, claim.AllocationID)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	switch {
-	case alloc == nil:
-		return nil, structs.ErrNotFound("volume %q: allocation %q not found", args.VolumeID, claim.AllocationID)
-	case alloc.NodeID != node.ID:
-		return nil, structs.NewError(structs.ErrCodePermissionDenied, "volume %q: allocation %q runs on node %q, not %q",
-			args.VolumeID, alloc.ID, alloc.NodeID, node.ID)
-	case alloc.Terminal():
-		return nil, structs.ErrInvalid("volume %q: allocation %q is terminal (%s/%s)", args.VolumeID, alloc.ID,
-			alloc.DesiredStatus, alloc.ClientStatus)
-	case alloc.Namespace != ns:
-		return nil, structs.ErrInvalid("volume %q: allocation %q is in namespace %q", args.VolumeID, alloc.ID, alloc.Namespace)
+	if alloc == nil {
+		return structs.ErrNotFound("volume %q: allocation %q not found", vol.ID, claim.AllocationID)
 	}
 	job, err := snap.JobByID(nil, alloc.Namespace, alloc.JobID)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var tg *structs.TaskGroup
 	if job != nil {
 		tg = job.LookupTaskGroup(alloc.TaskGroup)
 	}
 	if tg == nil {
-		return nil, structs.ErrInvalid("volume %q: allocation %q: its job or group is gone", args.VolumeID, alloc.ID)
+		return structs.ErrInvalid("volume %q: allocation %q: its job or group is gone", vol.ID, alloc.ID)
 	}
 	for _, req := range tg.Volumes {
-		if req.VolumeID(alloc.Name) == args.VolumeID && req.AccessMode == claim.AccessMode &&
+		if req.VolumeID(alloc.Name) == vol.ID && req.AccessMode == claim.AccessMode &&
 			req.AttachmentMode == claim.AttachmentMode && req.ClaimMode() == claim.Mode {
-			return node, nil
+			return nil
 		}
 	}
-	return nil, structs.ErrInvalid("volume %q: group %q of allocation %q asks for no such volume with %s %s/%s",
-		args.VolumeID, tg.Name, alloc.ID, claim.Mode, claim.AccessMode, claim.AttachmentMode)
+	return structs.ErrInvalid("volume %q: group %q of allocation %q asks for no such volume with %s %s/%s",
+		vol.ID, tg.Name, alloc.ID, claim.Mode, claim.AccessMode, claim.AttachmentMode)
 }
 
 // controllerPublish asks a controller to attach the volume to the claim's

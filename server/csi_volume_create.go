@@ -164,18 +164,19 @@ func (e *CSIVolume) Delete(args *structs.CSIVolumeDeleteRequest, reply *structs.
 		return structs.ErrInvalid("missing volume IDs")
 	}
 	ns := args.RequestNamespace()
-	st := e.srv.State()
+	snap, err := e.srv.State().Snapshot()
+	if err != nil {
+		return err
+	}
+	// The rules of the deregistration that follows the deletes.
+	if err := snap.CheckCSIVolumeDeregister(ns, args.VolumeIDs, false); err != nil {
+		return err
+	}
 	var vols []*structs.CSIVolume
 	for _, id := range args.VolumeIDs {
-		vol, err := st.CSIVolumeByID(nil, ns, id)
+		vol, err := snap.CSIVolumeByID(nil, ns, id)
 		if err != nil {
 			return err
-		}
-		if vol == nil {
-			return structs.ErrNotFound("volume %q not found", id)
-		}
-		if vol.InUse() {
-			return structs.ErrConflict("volume %q in use: %s", id, describeClaims(vol))
 		}
 		vols = append(vols, vol)
 	}

@@ -1,11 +1,6 @@
 package server
 
 import (
-	"fmt"
-	"maps"
-	"slices"
-	"strings"
-
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-memdb"
 
@@ -110,11 +105,11 @@ func (e *CSIVolume) prepareRegister(snap *state.StateSnapshot, in *structs.CSIVo
 		return nil, err
 	}
 	if existing != nil {
+		// The rule the FSM applies again to the volume as it is then.
 		merged, err := existing.Merge(vol)
 		if err != nil {
 			return nil, err
 		}
-		merged.Provider, merged.ProviderVersion = vol.Provider, vol.ProviderVersion
 		vol = merged
 	} else if len(vol.Topologies) == 0 && vol.RequestedTopologies != nil {
 		for _, t := range vol.RequestedTopologies.Required {
@@ -145,19 +140,20 @@ func (e *CSIVolume) Deregister(args *structs.CSIVolumeDeregisterRequest, reply *
 		return structs.ErrInvalid("missing volume IDs")
 	}
 	ns := args.RequestNamespace()
-	st := e.srv.State()
+	snap, err := e.srv.State().Snapshot()
+	if err != nil {
+		return err
+	}
+	// The rules the FSM applies again to the volumes as they are then.
+	if err := snap.CheckCSIVolumeDeregister(ns, args.VolumeIDs, args.Force); err != nil {
+		return err
+	}
 	for _, id := range args.VolumeIDs {
-		vol, err := st.CSIVolumeByID(nil, ns, id)
+		vol, err := snap.CSIVolumeByID(nil, ns, id)
 		if err != nil {
 			return err
 		}
-		if vol == nil {
-			return structs.ErrNotFound("volume %q not found", id)
-		}
-		if vol.InUse() && !args.Force {
-			return structs.ErrConflict("volume %q in use: %s", id, describeClaims(vol))
-		}
-		if vol.InUse() && args.Force {
+		if vol != nil && vol.InUse() {
 			reply.Warnings = append(reply.Warnings, "volume "+id+" was claimed; "+
 				"deregistering it with -force does not unpublish it from any node or controller")
 		}
@@ -269,19 +265,4 @@ func claimedOnNode(v *structs.CSIVolume, nodeID string) bool {
 		}
 	}
 	return false
-}
-
-// describeClaims lists who holds a volume, for "in use" errors.
-func describeClaims(v *structs.CSIVolume) string {
-	var parts []string
-	add := func(kind string, m map[string]*structs.CSIVolumeClaim) {
-		for _, id := range slices.Sorted(maps.Keys(m)) {
-			c := m[id]
-			parts = append(parts, fmt.Sprintf("%s claim of allocation %q on node %q (%s)", kind, id, c.NodeID, c.State))
-		}
-	}
-	add("read", v.ReadClaims)
-	add("write", v.WriteClaims)
-	add("past", v.PastClaims)
-	return strings.Join(parts, ", ")
 }

@@ -64,10 +64,7 @@ func (e *Node) UpdateAlloc(args *structs.NodeUpdateAllocRequest, reply *structs.
 		if u == nil || u.ID == "" {
 			return structs.ErrInvalid("node %q: an allocation update without an ID", args.NodeID)
 		}
-		switch u.ClientStatus {
-		case structs.AllocClientStatusPending, structs.AllocClientStatusRunning, structs.AllocClientStatusComplete,
-			structs.AllocClientStatusFailed:
-		default:
+		if !structs.ClientReportable(u.ClientStatus) {
 			return structs.ErrInvalid("allocation %q: unknown client status %q", u.ID, u.ClientStatus)
 		}
 		a, err := st.AllocByID(nil, u.ID)
@@ -80,19 +77,26 @@ func (e *Node) UpdateAlloc(args *structs.NodeUpdateAllocRequest, reply *structs.
 		if a.NodeID != args.NodeID {
 			return structs.NewError(structs.ErrCodePermissionDenied, "allocation %q runs on node %q, not %q", u.ID, a.NodeID, args.NodeID)
 		}
-		if a.ClientTerminal() && u.ClientStatus != a.ClientStatus {
-			// A terminal allocation stays terminal: its claims are being
-			// released.
-			continue
-		}
 		c := a.Copy()
 		c.ClientStatus, c.ClientDescription = u.ClientStatus, u.ClientDescription
 		if u.VolumeStates != nil {
 			c.VolumeStates = map[string]*structs.AllocVolumeState{}
 			for k, v := range u.VolumeStates {
+				if v == nil {
+					return structs.ErrInvalid("allocation %q: empty state of volume %q", u.ID, k)
+				}
 				vc := *v
 				c.VolumeStates[k] = &vc
 			}
+		}
+		// The rule the FSM applies again to the allocation as it is then.
+		if _, err := a.MergeClientUpdate(c); err != nil {
+			if structs.CodeOf(err) == structs.ErrCodeConflict {
+				// A terminal allocation stays terminal (its claims are
+				// being released): the report is stale, not wrong.
+				continue
+			}
+			return err
 		}
 		if c.ClientStatus == a.ClientStatus && c.ClientDescription == a.ClientDescription &&
 			maps.EqualFunc(c.VolumeStates, a.VolumeStates, func(x, y *structs.AllocVolumeState) bool { return *x == *y }) {

@@ -1,8 +1,11 @@
 package state
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -33,8 +36,12 @@ func allocsTableSchema() *memdb.TableSchema {
 	}
 }
 
-// UpsertAllocs writes allocations (placements and status updates), all or
-// nothing. CreateIndex and CreateTime of an existing allocation are kept.
+// UpsertAllocs writes allocations as they are given, all or nothing: an
+// existing one must pass structs.Allocation.CheckUpdate, a new one is taken
+// as it is. No Raft entry leads here: placements are written by ApplyPlan
+// and client reports by UpdateAllocsFromClient, which check everything a
+// new allocation must be; tests build their state with it. CreateIndex and
+// CreateTime of an existing allocation are kept.
 func (s *StateStore) UpsertAllocs(index uint64, allocs []*structs.Allocation) error {
 	txn := s.writeTxn()
 	defer txn.Abort()
@@ -45,8 +52,57 @@ func (s *StateStore) UpsertAllocs(index uint64, allocs []*structs.Allocation) er
 		}
 		jobs[[2]string{a.Namespace, a.JobID}] = true
 	}
-	// A job's status follows its allocations'.
-	for key := range jobs {
+	if err := refreshJobsTxn(txn, index, jobs); err != nil {
+		return err
+	}
+	return commit(txn, index)
+}
+
+// UpdateAllocsFromClient records what clients report about their
+// allocations, all or nothing. Each must exist, and only what a client
+// owns is taken from the request, by structs.Allocation.MergeClientUpdate,
+// applied to the allocation as it is in this write: a report that a job
+// stop overtook keeps the stop, and a report that would bring a terminal
+// allocation back to life is refused. An allocation reported terminal
+// gives up its claims in the same write.
+func (s *StateStore) UpdateAllocsFromClient(index uint64, allocs []*structs.Allocation) error {
+	txn := s.writeTxn()
+	defer txn.Abort()
+	jobs := map[[2]string]bool{}
+	for _, a := range allocs {
+		if a == nil {
+			return structs.ErrInvalid("alloc update: empty allocation")
+		}
+		existing, err := allocByIDTxn(txn, nil, a.ID)
+		if err != nil {
+			return err
+		}
+		if existing == nil {
+			return structs.ErrNotFound("allocation %q not found", a.ID)
+		}
+		merged, err := existing.MergeClientUpdate(a)
+		if err != nil {
+			return err
+		}
+		merged.ModifyTime = a.ModifyTime
+		if err := upsertAllocTxn(txn, index, merged); err != nil {
+			return err
+		}
+		jobs[[2]string{existing.Namespace, existing.JobID}] = true
+	}
+	if err := refreshJobsTxn(txn, index, jobs); err != nil {
+		return err
+	}
+	return commit(txn, index)
+}
+
+// refreshJobsTxn brings the status of jobs (namespace, ID) in line with
+// their allocations', in a fixed order so every replica writes the same.
+func refreshJobsTxn(txn *memdb.Txn, index uint64, jobs map[[2]string]bool) error {
+	keys := slices.SortedFunc(maps.Keys(jobs), func(a, b [2]string) int {
+		return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1]))
+	})
+	for _, key := range keys {
 		job, err := jobByIDTxn(txn, nil, key[0], key[1])
 		if err != nil {
 			return err
@@ -57,7 +113,7 @@ func (s *StateStore) UpsertAllocs(index uint64, allocs []*structs.Allocation) er
 			}
 		}
 	}
-	return commit(txn, index)
+	return nil
 }
 
 func upsertAllocTxn(txn *memdb.Txn, index uint64, alloc *structs.Allocation) error {
@@ -72,6 +128,9 @@ func upsertAllocTxn(txn *memdb.Txn, index uint64, alloc *structs.Allocation) err
 	if existing == nil {
 		a.CreateIndex, a.ModifyIndex = index, index
 		return insertAllocTxn(txn, a)
+	}
+	if err := existing.CheckUpdate(a); err != nil {
+		return err
 	}
 	a.CreateIndex, a.CreateTime = existing.CreateIndex, existing.CreateTime
 	a.ModifyIndex, a.ModifyTime = existing.ModifyIndex, existing.ModifyTime

@@ -1,7 +1,7 @@
 package state
 
 import (
-	"maps"
+	"fmt"
 	"slices"
 
 	"github.com/hashicorp/go-memdb"
@@ -21,6 +21,51 @@ func pastClaimsIndex() *memdb.IndexSchema {
 			return len(obj.(*structs.CSIVolume).PastClaims) > 0, nil
 		}},
 	}
+}
+
+// indexClaimAlloc indexes volumes by the allocations that hold a live
+// claim on them, so the write that ends an allocation finds every volume it
+// must release.
+const indexClaimAlloc = "claim_alloc"
+
+func claimAllocIndex() *memdb.IndexSchema {
+	return &memdb.IndexSchema{Name: indexClaimAlloc, AllowMissing: true, Indexer: claimAllocIndexer{}}
+}
+
+// claimAllocIndexer is a memdb.MultiIndexer over the allocation IDs of a
+// volume's read and write claims.
+type claimAllocIndexer struct{}
+
+func (claimAllocIndexer) FromObject(obj any) (bool, [][]byte, error) {
+	v, ok := obj.(*structs.CSIVolume)
+	if !ok {
+		return false, nil, fmt.Errorf("state: claim index of a %T", obj)
+	}
+	ids := make([]string, 0, len(v.ReadClaims)+len(v.WriteClaims))
+	for _, m := range []map[string]*structs.CSIVolumeClaim{v.ReadClaims, v.WriteClaims} {
+		for id := range m {
+			ids = append(ids, id)
+		}
+	}
+	// Sorted, so that a write that keeps the claims finds every key where
+	// it was and memdb skips deleting it.
+	slices.Sort(ids)
+	keys := make([][]byte, len(ids))
+	for i, id := range ids {
+		keys[i] = append([]byte(id), 0)
+	}
+	return len(keys) > 0, keys, nil
+}
+
+func (claimAllocIndexer) FromArgs(args ...any) ([]byte, error) {
+	if len(args) != 1 {
+		return nil, fmt.Errorf("state: the claim index takes one allocation ID, not %d arguments", len(args))
+	}
+	id, ok := args[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("state: the claim index takes an allocation ID, not a %T", args[0])
+	}
+	return append([]byte(id), 0), nil
 }
 
 // CSIVolumesWithPastClaims iterates over the raw stored rows of every volume
@@ -87,46 +132,18 @@ func releaseAllocClaimsTxn(txn *memdb.Txn, index uint64, now int64, alloc *struc
 	return nil
 }
 
-// claimedVolumesTxn finds the volumes an allocation may hold claims on:
-// those its group asks for, resolved for the allocation; when its job is
-// gone, every volume (rare, and correct rather than fast).
+// claimedVolumesTxn finds the volumes on which an allocation holds a live
+// claim, through the claims' index: by what the allocation holds, not by
+// what its group asks for now, so a claim outlives a new version of its
+// job that no longer asks for the volume and is still released.
 func claimedVolumesTxn(txn *memdb.Txn, alloc *structs.Allocation) ([]*structs.CSIVolume, error) {
+	iter, err := getWatch(txn, nil, TableCSIVolumes, indexClaimAlloc, alloc.ID)
+	if err != nil {
+		return nil, err
+	}
 	var out []*structs.CSIVolume
-	job, err := jobByIDTxn(txn, nil, alloc.Namespace, alloc.JobID)
-	if err != nil {
-		return nil, err
-	}
-	var tg *structs.TaskGroup
-	if job != nil {
-		tg = job.LookupTaskGroup(alloc.TaskGroup)
-	}
-	if tg != nil {
-		seen := map[string]bool{}
-		for _, alias := range slices.Sorted(maps.Keys(tg.Volumes)) {
-			id := tg.Volumes[alias].VolumeID(alloc.Name)
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-			v, err := volumeByIDTxn(txn, nil, alloc.Namespace, id)
-			if err != nil {
-				return nil, err
-			}
-			if v != nil {
-				out = append(out, v)
-			}
-		}
-		return out, nil
-	}
-	iter, err := volumesByNamespaceTxn(txn, nil, alloc.Namespace, "")
-	if err != nil {
-		return nil, err
-	}
 	for raw := iter.Next(); raw != nil; raw = iter.Next() {
-		v := raw.(*structs.CSIVolume)
-		if v.ReadClaims[alloc.ID] != nil || v.WriteClaims[alloc.ID] != nil {
-			out = append(out, v)
-		}
+		out = append(out, raw.(*structs.CSIVolume))
 	}
 	return out, nil
 }
@@ -154,16 +171,5 @@ func loseNodeAllocsTxn(txn *memdb.Txn, index uint64, now int64, nodeID string) e
 		jobs[[2]string{a.Namespace, a.JobID}] = true
 	}
 	// The jobs' status follows their allocations', as in UpsertAllocs.
-	for key := range jobs {
-		job, err := jobByIDTxn(txn, nil, key[0], key[1])
-		if err != nil {
-			return err
-		}
-		if job != nil {
-			if err := refreshJobTxn(txn, index, job, nil); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return refreshJobsTxn(txn, index, jobs)
 }

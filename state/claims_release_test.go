@@ -21,6 +21,7 @@ func claimSetup(t *testing.T) (*StateStore, *structs.Node, *structs.CSIVolume, *
 	vol := testutil.CSIVolume("dev")
 	must.NoError(t, s.UpsertCSIVolume(11, []*structs.CSIVolume{vol}))
 	job := testJob("web")
+	job.TaskGroups[0].Count = 1
 	job.TaskGroups[0].Volumes = map[string]*structs.VolumeRequest{"data": {Name: "data", Type: "csi", Source: vol.ID,
 		AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem}}
 	must.NoError(t, s.UpsertJob(12, 100, job))
@@ -98,6 +99,21 @@ func TestRelease_JobStopAndNodeDown(t *testing.T) {
 		must.NoError(t, s.DeregisterJob(20, 400, "default", "web", true))
 		must.NotNil(t, pastClaim(t, s, vol))
 	})
+	// A new version of the job that no longer asks for the volume replaces
+	// the allocation: the claim it still holds is released all the same.
+	t.Run("replaced by a version without the volume", func(t *testing.T) {
+		s, _, vol, alloc := claimSetup(t)
+		v2 := testJob("web")
+		v2.TaskGroups[0].Count = 1
+		must.NoError(t, s.UpsertJob(20, 400, v2))
+		stop := alloc.Copy()
+		stop.DesiredStatus, stop.DesiredDescription = structs.AllocDesiredStatusStop, "replaced by job version 1"
+		j, err := s.JobByID(nil, "default", "web")
+		must.NoError(t, err)
+		must.NoError(t, s.ApplyPlan(21, &structs.PlanApplyRequest{Namespace: "default", JobID: "web",
+			JobModifyIndex: j.JobModifyIndex, Allocs: []*structs.Allocation{stop}}))
+		must.NotNil(t, pastClaim(t, s, vol))
+	})
 	t.Run("node down", func(t *testing.T) {
 		s, node, vol, _ := claimSetup(t)
 		must.NoError(t, s.UpdateNodeStatus(20, &structs.NodeUpdateStatusRequest{NodeID: node.ID, Status: structs.NodeStatusDown, UpdatedAt: 500}))
@@ -120,8 +136,10 @@ func TestCSIPastClaimsByState(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, map[string]int{"unpublishing": 0, "node-detached": 0, "controller-detached": 0, "ready-to-free": 0}, got)
 
-	releaseStep(t, s, 22, c, structs.CSIVolumeClaimStateNodeDetached)
+	releaseStep(t, s, 22, c, structs.CSIVolumeClaimStateUnpublishing)
+	releaseStep(t, s, 23, c, structs.CSIVolumeClaimStateNodeDetached)
 	got, err = s.CSIPastClaimsByState()
 	must.NoError(t, err)
 	must.Eq(t, 1, got["node-detached"])
+	must.Eq(t, 0, got["unpublishing"])
 }

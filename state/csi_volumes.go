@@ -37,14 +37,19 @@ func csiVolumesTableSchema() *memdb.TableSchema {
 				Indexer: &memdb.StringFieldIndex{Field: "PluginID"},
 			},
 			indexPastClaims: pastClaimsIndex(),
+			indexClaimAlloc: claimAllocIndex(),
 		},
 	}
 }
 
-// UpsertCSIVolume registers volumes or updates them, all or nothing. Claims
-// and the current access and attachment modes are the claim path's to change:
-// an update keeps the stored ones whatever the request says, and a new
-// volume starts with none.
+// UpsertCSIVolume registers volumes or updates them, all or nothing. A new
+// volume must pass structs.CSIVolume.Validate; an update must pass
+// structs.CSIVolume.Merge against the volume as stored, the same rule the
+// leader checked against its snapshot, so an update that a claim written
+// in between made wrong (a capability or mount options in use) is refused
+// here. Claims and the current access and attachment modes are the claim
+// path's to change: an update keeps the stored ones whatever the request
+// says, and a new volume starts with none.
 func (s *StateStore) UpsertCSIVolume(index uint64, vols []*structs.CSIVolume) error {
 	txn := s.writeTxn()
 	defer txn.Abort()
@@ -79,31 +84,41 @@ func upsertCSIVolumeTxn(txn *memdb.Txn, index uint64, vol *structs.CSIVolume) er
 		return err
 	}
 
-	v := vol.Copy()
 	if existing == nil {
+		v := vol.Copy()
+		// The request may carry the claims of a volume the leader merged
+		// onto and that was deregistered since; they are not this one's.
 		v.ReadClaims, v.WriteClaims, v.PastClaims = nil, nil, nil
+		if err := v.Validate(); err != nil {
+			return err
+		}
 		v.AccessMode = structs.CSIVolumeAccessModeUnknown
 		v.AttachmentMode = structs.CSIVolumeAttachmentModeUnknown
 		v.CreateIndex, v.ModifyIndex = index, index
 		return insertVolumeTxn(txn, v)
 	}
 
-	// The external ID and the plugin are how every plugin call finds the
-	// volume; changing them under live claims would strand those claims.
-	if v.ExternalID != existing.ExternalID || v.PluginID != existing.PluginID {
-		return structs.ErrConflict("volume %q identity cannot be updated (external id %q, plugin %q)",
-			v.ID, existing.ExternalID, existing.PluginID)
+	v, err := existing.Merge(vol)
+	if err != nil {
+		return err
 	}
-	kept := existing.Copy()
-	v.ReadClaims, v.WriteClaims, v.PastClaims = kept.ReadClaims, kept.WriteClaims, kept.PastClaims
-	v.AccessMode, v.AttachmentMode = existing.AccessMode, existing.AttachmentMode
-	v.CreateIndex, v.CreateTime = existing.CreateIndex, existing.CreateTime
+	if err := validateWithClaims(v); err != nil {
+		return err
+	}
 	normalizeVolume(v)
 	if volumesEqual(existing, v) {
 		return nil
 	}
-	v.ModifyIndex = index
+	v.ModifyIndex, v.ModifyTime = index, vol.ModifyTime
 	return insertVolumeTxn(txn, v)
+}
+
+// validateWithClaims validates a volume as a registration would, but for
+// its claims, which only a registration may not carry.
+func validateWithClaims(v *structs.CSIVolume) error {
+	c := *v
+	c.ReadClaims, c.WriteClaims, c.PastClaims = nil, nil, nil
+	return c.Validate()
 }
 
 // insertVolumeTxn stores v, which the caller owns, without its derived plugin
@@ -202,51 +217,88 @@ func setStubHealth(s *structs.CSIVolListStub, h pluginHealth) {
 	s.NodesHealthy, s.NodesExpected = h.nodesHealthy, h.nodesExpected
 }
 
-// CSIVolumeDeregister removes volumes, all or nothing. A volume with any
-// claim is refused, unless force is set and every claiming allocation is
-// terminal or gone: force only cleans up after allocations that can no longer
-// release the volume themselves, it never takes a volume from a live one.
+// CSIVolumeDeregister removes volumes, all or nothing, if
+// CheckCSIVolumeDeregister allows it against the volumes as they are in
+// this write.
 func (s *StateStore) CSIVolumeDeregister(index uint64, namespace string, ids []string, force bool) error {
 	txn := s.writeTxn()
 	defer txn.Abort()
-	if len(ids) == 0 {
-		return structs.ErrInvalid("volume deregister: no volume ids given")
+	if err := checkDeregisterIDs(ids); err != nil {
+		return err
 	}
 	for _, id := range ids {
-		if err := deregisterCSIVolumeTxn(txn, namespace, id, force); err != nil {
+		vol, err := checkDeregisterTxn(txn, namespace, id, force)
+		if err != nil {
+			return err
+		}
+		if err := txn.Delete(TableCSIVolumes, vol); err != nil {
+			return fmt.Errorf("state: deleting volume %q: %w", id, err)
+		}
+		if err := deletePluginIfUnusedTxn(txn, vol.PluginID); err != nil {
 			return err
 		}
 	}
 	return commit(txn, index)
 }
 
-func deregisterCSIVolumeTxn(txn *memdb.Txn, namespace, id string, force bool) error {
-	vol, err := volumeByIDTxn(txn, nil, namespace, id)
-	if err != nil {
+// CheckCSIVolumeDeregister applies the rules of a deregistration without
+// writing anything, for the leader to keep a refused one out of the Raft
+// log. A volume with any claim is refused, unless force is set and every
+// claiming allocation is terminal or gone: force only cleans up after
+// allocations that can no longer release the volume themselves, it never
+// takes a volume from a live one.
+func (s *StateStore) CheckCSIVolumeDeregister(namespace string, ids []string, force bool) error {
+	if err := checkDeregisterIDs(ids); err != nil {
 		return err
 	}
+	txn := s.db.Txn(false)
+	for _, id := range ids {
+		if _, err := checkDeregisterTxn(txn, namespace, id, force); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkDeregisterIDs(ids []string) error {
+	if len(ids) == 0 {
+		return structs.ErrInvalid("volume deregister: no volume ids given")
+	}
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			return structs.ErrInvalid("volume deregister: volume %q named twice", id)
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// checkDeregisterTxn returns the stored volume if it may be deregistered.
+func checkDeregisterTxn(txn *memdb.Txn, namespace, id string, force bool) (*structs.CSIVolume, error) {
+	vol, err := volumeByIDTxn(txn, nil, namespace, id)
+	if err != nil {
+		return nil, err
+	}
 	if vol == nil {
-		return structs.ErrNotFound("volume %q not found", id)
+		return nil, structs.ErrNotFound("volume %q not found", id)
 	}
-	if vol.InUse() {
-		allocs := claimingAllocs(vol)
-		if !force {
-			return structs.ErrConflict("volume %q is in use by allocations %q", id, allocs)
+	if !vol.InUse() {
+		return vol, nil
+	}
+	if !force {
+		return nil, structs.ErrConflict("volume %q in use: %s", id, vol.DescribeClaims())
+	}
+	for _, allocID := range claimingAllocs(vol) {
+		a, err := allocByIDTxn(txn, nil, allocID)
+		if err != nil {
+			return nil, err
 		}
-		for _, allocID := range allocs {
-			a, err := allocByIDTxn(txn, nil, allocID)
-			if err != nil {
-				return err
-			}
-			if a != nil && !a.Terminal() {
-				return structs.ErrConflict("volume %q cannot be force-deregistered: allocation %q holding it is not terminal", id, allocID)
-			}
+		if a != nil && !a.Terminal() {
+			return nil, structs.ErrConflict("volume %q cannot be force-deregistered: allocation %q holding it is not terminal", id, allocID)
 		}
 	}
-	if err := txn.Delete(TableCSIVolumes, vol); err != nil {
-		return fmt.Errorf("state: deleting volume %q: %w", id, err)
-	}
-	return deletePluginIfUnusedTxn(txn, vol.PluginID)
+	return vol, nil
 }
 
 // claimingAllocs lists, sorted, every allocation with a live or past claim.
@@ -262,9 +314,11 @@ func claimingAllocs(v *structs.CSIVolume) []string {
 
 // CSIVolumeClaim writes a claim (state taken) or a release checkpoint (any
 // other state) of one allocation on one volume, at time now (stamped by the
-// leader). The claim rules are structs.CSIVolume.Claim's; their typed errors
-// are returned as they are. A claim that changes nothing, such as a client
-// retrying, writes nothing.
+// leader). The rules are checkClaimTxn's, applied to the volume as it is in
+// this write, so of two claims that each passed the leader's check against
+// an older snapshot, the second is refused here if the first makes it
+// conflict. A refused write returns a *structs.Error and changes nothing. A
+// claim that changes nothing, such as a client retrying, writes nothing.
 func (s *StateStore) CSIVolumeClaim(index uint64, now int64, namespace, id string, claim *structs.CSIVolumeClaim) error {
 	txn := s.writeTxn()
 	defer txn.Abort()
@@ -274,35 +328,85 @@ func (s *StateStore) CSIVolumeClaim(index uint64, now int64, namespace, id strin
 	return commit(txn, index)
 }
 
-func claimCSIVolumeTxn(txn *memdb.Txn, index uint64, now int64, namespace, id string, claim *structs.CSIVolumeClaim) error {
-	if claim == nil {
-		return structs.ErrInvalid("volume %q: missing claim", id)
+// CheckCSIVolumeClaim applies the rules of a new claim (state taken)
+// without writing anything, and returns the volume with its plugin health
+// derived. The leader calls it on its snapshot so that a refused claim
+// costs no Raft entry; the write applies the same rules again.
+func (s *StateStore) CheckCSIVolumeClaim(namespace, id string, claim *structs.CSIVolumeClaim) (*structs.CSIVolume, error) {
+	if claim != nil && claim.State != structs.CSIVolumeClaimStateTaken {
+		return nil, structs.ErrInvalid("volume %q: allocation %q: a new claim is in state %s, not %s",
+			id, claim.AllocationID, claim.State, structs.CSIVolumeClaimStateTaken)
 	}
-	existing, err := volumeByIDTxn(txn, nil, namespace, id)
+	txn := s.db.Txn(false)
+	_, v, err := claimTargetTxn(txn, namespace, id, claim)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkClaimantTxn(txn, v, claim); err != nil {
+		return nil, err
+	}
+	if err := v.CheckClaim(claim); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// claimTargetTxn returns the stored volume a claim or checkpoint is for and
+// a copy of it, with its plugin health derived, for the caller to change.
+func claimTargetTxn(txn *memdb.Txn, namespace, id string, claim *structs.CSIVolumeClaim) (existing, v *structs.CSIVolume, err error) {
+	if claim == nil {
+		return nil, nil, structs.ErrInvalid("volume %q: missing claim", id)
+	}
+	existing, err = volumeByIDTxn(txn, nil, namespace, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if existing == nil {
+		return nil, nil, structs.ErrNotFound("volume %q not found (allocation %q)", id, claim.AllocationID)
+	}
+	v = existing.Copy()
+	if err := denormalizeTxn(txn, nil, v); err != nil {
+		return nil, nil, err
+	}
+	return existing, v, nil
+}
+
+// checkClaimantTxn checks that the allocation of a new claim can hold it:
+// it exists, is live, runs on the claim's node and is in the volume's
+// namespace. Releases need none of this: they may name allocations that are
+// terminal or already gone. The claim rules of the volume itself are
+// structs.CSIVolume.CheckClaim's. Whether the node may make the claim at
+// all (its secret, its allocation's group asking for the volume) is the
+// leader's to decide before the write.
+func checkClaimantTxn(txn *memdb.Txn, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) error {
+	alloc, err := allocByIDTxn(txn, nil, claim.AllocationID)
 	if err != nil {
 		return err
 	}
-	if existing == nil {
-		return structs.ErrNotFound("volume %q not found", id)
+	switch {
+	case alloc == nil:
+		return structs.ErrNotFound("volume %q: allocation %q not found", vol.ID, claim.AllocationID)
+	case alloc.NodeID != claim.NodeID:
+		return structs.NewError(structs.ErrCodePermissionDenied, "volume %q: allocation %q runs on node %q, not %q",
+			vol.ID, alloc.ID, alloc.NodeID, claim.NodeID)
+	case alloc.Terminal():
+		return structs.ErrInvalid("volume %q: allocation %q is terminal (%s/%s) and cannot claim it", vol.ID, alloc.ID,
+			alloc.DesiredStatus, alloc.ClientStatus)
+	case alloc.Namespace != vol.Namespace:
+		return structs.ErrInvalid("volume %q: allocation %q is in namespace %q", vol.ID, alloc.ID, alloc.Namespace)
 	}
-	v := existing.Copy()
-	if err := denormalizeTxn(txn, nil, v); err != nil {
+	return nil
+}
+
+func claimCSIVolumeTxn(txn *memdb.Txn, index uint64, now int64, namespace, id string, claim *structs.CSIVolumeClaim) error {
+	existing, v, err := claimTargetTxn(txn, namespace, id, claim)
+	if err != nil {
 		return err
 	}
-
 	allocID := claim.AllocationID
 	if claim.State == structs.CSIVolumeClaimStateTaken {
-		// Releases may name allocations that are terminal or already gone;
-		// a new claim must come from an allocation that can still use it.
-		a, err := allocByIDTxn(txn, nil, allocID)
-		if err != nil {
+		if err := checkClaimantTxn(txn, v, claim); err != nil {
 			return err
-		}
-		if a == nil {
-			return structs.ErrNotFound("volume %q: allocation %q not found", id, allocID)
-		}
-		if a.Terminal() {
-			return structs.ErrInvalid("volume %q: allocation %q is terminal and cannot claim it", id, allocID)
 		}
 	}
 

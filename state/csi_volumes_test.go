@@ -80,11 +80,13 @@ func TestUpsertCSIVolume_IdentityCannotChange(t *testing.T) {
 	ext := testVolume("vol", "p")
 	ext.ExternalID = "new-external"
 	err := s.UpsertCSIVolume(13, []*structs.CSIVolume{ext})
-	mustCode(t, err, structs.ErrCodeConflict)
-	must.StrContains(t, err.Error(), `volume "vol" identity cannot be updated`)
+	mustCode(t, err, structs.ErrCodeInvalid)
+	must.StrContains(t, err.Error(), `volume "vol" cannot be updated: volume external ID cannot be updated`)
 
 	plug := testVolume("vol", "other")
-	mustCode(t, s.UpsertCSIVolume(13, []*structs.CSIVolume{plug}), structs.ErrCodeConflict)
+	err = s.UpsertCSIVolume(13, []*structs.CSIVolume{plug})
+	mustCode(t, err, structs.ErrCodeInvalid)
+	must.StrContains(t, err.Error(), "volume plugin ID cannot be updated")
 
 	mustIndex(t, s, TableCSIVolumes, 11)
 }
@@ -176,13 +178,14 @@ func TestCSIVolumeDeregister(t *testing.T) {
 	})
 
 	t.Run("force when claimants are terminal or gone", func(t *testing.T) {
-		// a2 stops on the server side; a3 holds a past claim and is gone.
+		// a2 stops on the server side; a3 holds a past claim and is gone
+		// (its allocation was garbage collected during the release).
 		stopped := testAlloc("a2", "n1")
 		stopped.DesiredStatus = structs.AllocDesiredStatusStop
 		must.NoError(t, s.UpsertAllocs(23, []*structs.Allocation{stopped}))
 		past := readClaim("a3", "n1")
 		past.State = structs.CSIVolumeClaimStateNodeDetached
-		must.NoError(t, s.CSIVolumeClaim(24, 100, ns, "vol", past))
+		restoreVolumeClaims(t, s, "vol", past)
 
 		must.NoError(t, s.CSIVolumeDeregister(25, ns, []string{"vol", "vol2"}, true))
 		v, err := s.CSIVolumeByID(nil, ns, "vol")
@@ -273,8 +276,8 @@ func TestCSIVolumeClaim(t *testing.T) {
 		must.Eq(t, structs.CSIVolumeAttachmentModeUnknown, v.AttachmentMode)
 		must.Eq(t, uint64(27), v.ModifyIndex)
 
-		// Freeing again changes nothing.
-		must.NoError(t, s.CSIVolumeClaim(28, 1100, ns, "vol", free))
+		// Freeing again is refused: there is no claim to free.
+		mustCode(t, s.CSIVolumeClaim(28, 1100, ns, "vol", free), structs.ErrCodeNotFound)
 		mustIndex(t, s, TableCSIVolumes, 27)
 	})
 

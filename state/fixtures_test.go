@@ -169,3 +169,24 @@ func fired(ws memdb.WatchSet) bool {
 	}
 	return false
 }
+
+// restoreVolumeClaims adds release checkpoints to a stored volume as they
+// are, through the snapshot restore path, the only one that writes rows
+// unchecked: the state an allocation garbage collected during its release
+// leaves behind, which no write may create.
+func restoreVolumeClaims(t *testing.T, s *StateStore, volID string, past ...*structs.CSIVolumeClaim) {
+	t.Helper()
+	v, err := s.CSIVolumeByID(nil, ns, volID)
+	must.NoError(t, err)
+	must.NotNil(t, v)
+	for _, c := range past {
+		if v.PastClaims == nil {
+			v.PastClaims = map[string]*structs.CSIVolumeClaim{}
+		}
+		v.PastClaims[c.AllocationID] = c.Copy()
+	}
+	r, err := s.Restore()
+	must.NoError(t, err)
+	must.NoError(t, r.CSIVolumeRestore(v))
+	must.NoError(t, r.Commit())
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -27,10 +28,11 @@ func jobsTableSchema() *memdb.TableSchema {
 	}
 }
 
-// UpsertJob registers a job or a new version of it. Each registration that
-// changes the job's specification bumps its Version and JobModifyIndex; the
-// placement explanation and the stop flag of a stopped job re-registered are
-// reset, so the placer looks at it afresh.
+// UpsertJob registers a job or a new version of it; the job must pass
+// structs.Job.Validate. Each registration that changes the job's
+// specification bumps its Version and JobModifyIndex; the placement
+// explanation and the stop flag of a stopped job re-registered are reset,
+// so the placer looks at it afresh.
 func (s *StateStore) UpsertJob(index uint64, now int64, job *structs.Job) error {
 	txn := s.writeTxn()
 	defer txn.Abort()
@@ -43,6 +45,12 @@ func (s *StateStore) UpsertJob(index uint64, now int64, job *structs.Job) error 
 func upsertJobTxn(txn *memdb.Txn, index uint64, now int64, job *structs.Job) error {
 	if job == nil || job.ID == "" || job.Namespace == "" {
 		return structs.ErrInvalid("job upsert: missing job, job ID or namespace")
+	}
+	// The rules the endpoint checked before the write, on the job as the
+	// endpoint canonicalized it; the placer and the claim path rely on
+	// them (a single-node volume shared by a group's allocations, say).
+	if err := job.Validate(); err != nil {
+		return err
 	}
 	existing, err := jobByIDTxn(txn, nil, job.Namespace, job.ID)
 	if err != nil {
@@ -142,10 +150,19 @@ func (s *StateStore) DeregisterJob(index uint64, now int64, namespace, id string
 	return commit(txn, index)
 }
 
-// ApplyPlan writes what the placer decided for a job: new and changed
+// ApplyPlan writes what the placer decided for a job: new and stopped
 // allocations and the job's placement explanation. A plan computed for an
 // older version of the job, or for a job gone since, is refused, so a slow
-// placer never undoes a newer registration.
+// placer never undoes a newer registration. Each allocation is checked
+// against the state as it is in this write, in the plan's order (a plan
+// stops the allocations it replaces before it places their successors):
+// an existing one may only be stopped (structs.Allocation.MergePlanUpdate,
+// which keeps what its client reported since the plan was computed); a new
+// one must pass structs.Allocation.CheckNew, go to a node that exists and
+// is not down, and take a slot no live allocation of the job holds, so no
+// two plans, even from two leaders, can place one slot twice or more
+// allocations than the group's count. Refusals that come from the state
+// having moved on are conflicts, which tell the placer to look again.
 func (s *StateStore) ApplyPlan(index uint64, req *structs.PlanApplyRequest) error {
 	txn := s.writeTxn()
 	defer txn.Abort()
@@ -160,11 +177,39 @@ func (s *StateStore) ApplyPlan(index uint64, req *structs.PlanApplyRequest) erro
 		return structs.NewError(structs.ErrCodeConflict, "plan for job %q was computed for version index %d; the job is at %d",
 			req.JobID, req.JobModifyIndex, job.JobModifyIndex)
 	}
+	for name, gp := range req.Placement {
+		if gp == nil {
+			return structs.ErrInvalid("plan for job %q: empty placement of group %q", req.JobID, name)
+		}
+	}
+	slots, err := liveSlotsTxn(txn, job)
+	if err != nil {
+		return err
+	}
 	for _, a := range req.Allocs {
+		if a == nil {
+			return structs.ErrInvalid("plan for job %q: empty allocation", req.JobID)
+		}
 		if a.JobID != req.JobID || a.Namespace != req.Namespace {
 			return structs.ErrInvalid("plan for job %q carries allocation %q of job %q", req.JobID, a.ID, a.JobID)
 		}
-		if err := upsertAllocTxn(txn, index, a); err != nil {
+		existing, err := allocByIDTxn(txn, nil, a.ID)
+		if err != nil {
+			return err
+		}
+		write := a
+		if existing != nil {
+			if write, err = existing.MergePlanUpdate(a); err != nil {
+				return err
+			}
+			write.ModifyTime = a.ModifyTime
+			if write.Terminal() {
+				slots.free(job, existing)
+			}
+		} else if err := checkPlacementTxn(txn, job, a, slots); err != nil {
+			return err
+		}
+		if err := upsertAllocTxn(txn, index, write); err != nil {
 			return err
 		}
 	}
@@ -172,6 +217,74 @@ func (s *StateStore) ApplyPlan(index uint64, req *structs.PlanApplyRequest) erro
 		return err
 	}
 	return commit(txn, index)
+}
+
+// jobSlots maps each slot of a job that live allocations hold to their
+// IDs (more than one only in a state written before slots were checked). A
+// slot is a group's allocation name for service and batch jobs and the
+// group on a node for system and sysbatch jobs.
+type jobSlots map[[2]string][]string
+
+func slotOf(job *structs.Job, a *structs.Allocation) [2]string {
+	if job.IsSystem() {
+		return [2]string{a.TaskGroup, a.NodeID}
+	}
+	return [2]string{a.TaskGroup, a.Name}
+}
+
+func (s jobSlots) free(job *structs.Job, a *structs.Allocation) {
+	k := slotOf(job, a)
+	s[k] = slices.DeleteFunc(s[k], func(id string) bool { return id == a.ID })
+	if len(s[k]) == 0 {
+		delete(s, k)
+	}
+}
+
+// liveSlotsTxn returns the slots the job's live (not terminal) allocations
+// hold.
+func liveSlotsTxn(txn *memdb.Txn, job *structs.Job) (jobSlots, error) {
+	allocs, err := collectAllocs(txn, nil, indexJob, job.Namespace, job.ID)
+	if err != nil {
+		return nil, err
+	}
+	slots := jobSlots{}
+	for _, a := range allocs {
+		if !a.Terminal() {
+			k := slotOf(job, a)
+			slots[k] = append(slots[k], a.ID)
+		}
+	}
+	return slots, nil
+}
+
+// checkPlacementTxn checks a new allocation of a plan and takes its slot.
+func checkPlacementTxn(txn *memdb.Txn, job *structs.Job, a *structs.Allocation, slots jobSlots) error {
+	if err := a.CheckNew(job); err != nil {
+		return err
+	}
+	node, err := nodeByIDTxn(txn, nil, a.NodeID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case node == nil:
+		return structs.ErrConflict("allocation %q: node %q is not registered", a.ID, a.NodeID)
+	case node.Status == structs.NodeStatusDown:
+		return structs.ErrConflict("allocation %q: node %q is down", a.ID, a.NodeID)
+	}
+	k := slotOf(job, a)
+	if holders := slots[k]; len(holders) > 0 {
+		return structs.ErrConflict("allocation %q: allocation %q holds %s already", a.ID, holders[0], describeSlot(job, a))
+	}
+	slots[k] = []string{a.ID}
+	return nil
+}
+
+func describeSlot(job *structs.Job, a *structs.Allocation) string {
+	if job.IsSystem() {
+		return fmt.Sprintf("group %q's place on node %q", a.TaskGroup, a.NodeID)
+	}
+	return fmt.Sprintf("%q", a.Name)
 }
 
 // refreshJobTxn recomputes a job's status from its allocations and, when

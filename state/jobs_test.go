@@ -20,6 +20,7 @@ func testJob(id string) *structs.Job {
 
 func TestJobs_UpsertVersionsAndPlans(t *testing.T) {
 	s := TestStateStore(t)
+	must.NoError(t, s.UpsertNode(9, testNode("n1")))
 	must.NoError(t, s.UpsertJob(10, 100, testJob("web")))
 	j, err := s.JobByID(nil, "default", "web")
 	must.NoError(t, err)
@@ -71,11 +72,15 @@ func TestJobs_UpsertVersionsAndPlans(t *testing.T) {
 
 func TestJobs_StopAndPurge(t *testing.T) {
 	s := TestStateStore(t)
+	must.NoError(t, s.UpsertNode(9, testNode("n1")))
 	must.NoError(t, s.UpsertJob(10, 100, testJob("web")))
 	alloc := &structs.Allocation{ID: "a1", Namespace: "default", Name: "web.g[0]", JobID: "web", TaskGroup: "g",
-		NodeID: "n1", DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning}
+		NodeID: "n1", DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusPending}
 	must.NoError(t, s.ApplyPlan(11, &structs.PlanApplyRequest{Namespace: "default", JobID: "web", JobModifyIndex: 10,
 		Allocs: []*structs.Allocation{alloc}}))
+	running := alloc.Copy()
+	running.ClientStatus = structs.AllocClientStatusRunning
+	must.NoError(t, s.UpdateAllocsFromClient(11, []*structs.Allocation{running}))
 
 	must.NoError(t, s.DeregisterJob(12, 200, "default", "web", false))
 	j, _ := s.JobByID(nil, "default", "web")

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"crypto/subtle"
 	"fmt"
 	"maps"
 	"slices"
@@ -35,9 +36,18 @@ func upsertNodeTxn(txn *memdb.Txn, index uint64, node *structs.Node) error {
 	if node == nil || node.ID == "" {
 		return structs.ErrInvalid("node upsert: missing node id")
 	}
+	if err := node.Validate(); err != nil {
+		return err
+	}
 	existing, err := nodeByIDTxn(txn, nil, node.ID)
 	if err != nil {
 		return err
+	}
+	// The endpoint checked the secret against its state; a registration
+	// that overtook it in the log must not hand the node to another
+	// secret either.
+	if existing != nil && subtle.ConstantTimeCompare([]byte(existing.SecretID), []byte(node.SecretID)) != 1 {
+		return structs.NewError(structs.ErrCodePermissionDenied, "node %q is registered with a different secret", node.ID)
 	}
 	return writeNodeTxn(txn, index, existing, node.Copy())
 }
@@ -74,6 +84,11 @@ func updateNodeStatusTxn(txn *memdb.Txn, index uint64, req *structs.NodeUpdateSt
 	}
 	if req.CSINodePlugins != nil {
 		n.CSINodePlugins = copyInfoMap(req.CSINodePlugins)
+	}
+	// The node as it would be stored must be one a registration could
+	// store: a known status, well-formed fingerprints.
+	if err := n.Validate(); err != nil {
+		return err
 	}
 	if n.Status == structs.NodeStatusDown && existing.Status != structs.NodeStatusDown {
 		// Down beyond its grace period (the servers wait that long before

@@ -1,5 +1,10 @@
 package structs
 
+import (
+	"strconv"
+	"strings"
+)
+
 // Allocation desired statuses (what the servers want).
 const (
 	AllocDesiredStatusRun   = "run"
@@ -53,6 +58,12 @@ func (a *Allocation) Copy() *Allocation {
 	if a.VolumeStates != nil {
 		c.VolumeStates = make(map[string]*AllocVolumeState, len(a.VolumeStates))
 		for k, v := range a.VolumeStates {
+			if v == nil {
+				// Only a malformed request carries one; copying it must
+				// not panic the FSM that refuses it.
+				c.VolumeStates[k] = nil
+				continue
+			}
 			vc := *v
 			c.VolumeStates[k] = &vc
 		}
@@ -142,4 +153,161 @@ type NodeUpdateAllocRequest struct {
 	SecretID string
 	Allocs   []*AllocClientUpdate
 	WriteRequest
+}
+
+// ClientReportable reports whether a client may report status s for one of
+// its allocations: lost is the servers' word for an allocation whose node
+// went away, never a client's.
+func ClientReportable(s string) bool {
+	switch s {
+	case AllocClientStatusPending, AllocClientStatusRunning, AllocClientStatusComplete, AllocClientStatusFailed:
+		return true
+	}
+	return false
+}
+
+// checkSameAllocation refuses an update of a that names another
+// allocation, or moves it: an allocation is one placement of one slot of
+// one job version on one node for its whole life, and a replacement is a
+// new allocation. The claims and the release rely on that (a claim's node
+// is its allocation's).
+func (a *Allocation) checkSameAllocation(next *Allocation) error {
+	switch {
+	case next.ID != a.ID:
+		return ErrInvalid("allocation %q: an update names allocation %q", a.ID, next.ID)
+	case next.Namespace != a.Namespace || next.JobID != a.JobID || next.TaskGroup != a.TaskGroup ||
+		next.Name != a.Name || next.JobVersion != a.JobVersion:
+		return ErrInvalid("allocation %q (%s of job %q version %d) cannot become %s of job %q version %d",
+			a.ID, a.Name, a.JobID, a.JobVersion, next.Name, next.JobID, next.JobVersion)
+	case next.NodeID != a.NodeID:
+		return ErrInvalid("allocation %q runs on node %q and cannot move to node %q", a.ID, a.NodeID, next.NodeID)
+	}
+	return nil
+}
+
+// CheckUpdate applies the rules every write of an existing allocation a
+// keeps, whoever writes it: it stays the same allocation on the same node
+// (see checkSameAllocation), a terminal client status is final (its claims
+// are being released: it cannot run again), and so is a stop by the
+// servers. Refusals that depend on the stored state are conflicts.
+func (a *Allocation) CheckUpdate(next *Allocation) error {
+	if err := a.checkSameAllocation(next); err != nil {
+		return err
+	}
+	if a.ClientTerminal() && next.ClientStatus != a.ClientStatus {
+		return ErrConflict("allocation %q is %s and cannot become %s", a.ID, a.ClientStatus, next.ClientStatus)
+	}
+	if a.ServerTerminal() && !next.ServerTerminal() {
+		return ErrConflict("allocation %q was stopped (%s) and cannot be set to %s", a.ID, a.DesiredStatus, next.DesiredStatus)
+	}
+	return nil
+}
+
+// MergeClientUpdate applies what the allocation's client reports (next,
+// the allocation as the client's update would write it) onto a copy of the
+// stored allocation a, and returns it. Only the client's fields are taken:
+// client status and description and volume states; what the servers own
+// (desired status) stays as stored, so a report racing a job stop cannot
+// undo the stop. The result must pass CheckUpdate.
+//
+// The leader calls it against its state to keep refused reports out of the
+// Raft log; the state store calls it again inside the write.
+func (a *Allocation) MergeClientUpdate(next *Allocation) (*Allocation, error) {
+	if err := a.checkSameAllocation(next); err != nil {
+		return nil, err
+	}
+	if !ClientReportable(next.ClientStatus) {
+		return nil, ErrInvalid("allocation %q: a client cannot report status %q", a.ID, next.ClientStatus)
+	}
+	for alias, vs := range next.VolumeStates {
+		if vs == nil {
+			return nil, ErrInvalid("allocation %q: empty state of volume %q", a.ID, alias)
+		}
+	}
+	out := a.Copy()
+	out.ClientStatus, out.ClientDescription = next.ClientStatus, next.ClientDescription
+	out.VolumeStates = next.Copy().VolumeStates
+	if err := a.CheckUpdate(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// MergePlanUpdate applies what a plan decides for an existing allocation
+// (next, the allocation as the plan would write it) onto a copy of the
+// stored allocation a, and returns it. A plan only stops allocations: it
+// takes the desired status and description; what the client owns stays as
+// stored, so a plan computed before the client's last report cannot undo
+// it. The result must pass CheckUpdate.
+func (a *Allocation) MergePlanUpdate(next *Allocation) (*Allocation, error) {
+	if err := a.checkSameAllocation(next); err != nil {
+		return nil, err
+	}
+	switch next.DesiredStatus {
+	case AllocDesiredStatusRun, AllocDesiredStatusStop, AllocDesiredStatusEvict:
+	default:
+		return nil, ErrInvalid("allocation %q: unknown desired status %q", a.ID, next.DesiredStatus)
+	}
+	out := a.Copy()
+	out.DesiredStatus, out.DesiredDescription = next.DesiredStatus, next.DesiredDescription
+	if err := a.CheckUpdate(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CheckNew applies the rules of a new allocation of job: it is the job's,
+// of its current version, of one of its groups, placed on a node, to run
+// and not yet started, and its name is one of the group's slots: for
+// service and batch jobs "job.group[N]" with N below the group's count,
+// for system and sysbatch jobs "job.group[0]". Whether the node and the
+// slot are free is the state's to check.
+func (a *Allocation) CheckNew(job *Job) error {
+	if err := ValidateID("allocation id", a.ID); err != nil {
+		return err
+	}
+	if a.Namespace != job.Namespace || a.JobID != job.ID {
+		return ErrInvalid("allocation %q is of job %q, not %q", a.ID, a.JobID, job.ID)
+	}
+	if a.JobVersion != job.Version {
+		return ErrConflict("allocation %q is of version %d of job %q, which is at version %d",
+			a.ID, a.JobVersion, job.ID, job.Version)
+	}
+	tg := job.LookupTaskGroup(a.TaskGroup)
+	switch {
+	case tg == nil:
+		return ErrInvalid("allocation %q: job %q has no group %q", a.ID, job.ID, a.TaskGroup)
+	case a.NodeID == "":
+		return ErrInvalid("allocation %q: placed on no node", a.ID)
+	case a.DesiredStatus != AllocDesiredStatusRun || a.ClientStatus != AllocClientStatusPending:
+		return ErrInvalid("allocation %q: a new allocation is %s/%s, not %s/%s", a.ID,
+			a.DesiredStatus, a.ClientStatus, AllocDesiredStatusRun, AllocClientStatusPending)
+	}
+	if job.IsSystem() {
+		if a.Name != AllocName(job.ID, tg.Name, 0) {
+			return ErrInvalid("allocation %q: %q is not the name of group %q's allocations", a.ID, a.Name, tg.Name)
+		}
+		return nil
+	}
+	if i, ok := allocIndex(job.ID, tg.Name, a.Name); !ok || i >= tg.Count {
+		return ErrInvalid("allocation %q: %q is not one of the %d slots of group %q", a.ID, a.Name, tg.Count, tg.Name)
+	}
+	return nil
+}
+
+// allocIndex parses the N of "job.group[N]", written as AllocName writes it.
+func allocIndex(jobID, group, name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, jobID+"."+group+"[")
+	if !ok {
+		return 0, false
+	}
+	digits, ok := strings.CutSuffix(rest, "]")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(digits)
+	if err != nil || i < 0 || AllocName(jobID, group, i) != name {
+		return 0, false
+	}
+	return i, true
 }

@@ -247,19 +247,94 @@ func (v *CSIVolume) Claim(c *CSIVolumeClaim) error {
 		}
 		return nil
 	case CSIVolumeClaimStateReadyToFree:
-		delete(v.ReadClaims, c.AllocationID)
-		delete(v.WriteClaims, c.AllocationID)
-		delete(v.PastClaims, c.AllocationID)
-		if !v.InUse() {
-			v.AccessMode = CSIVolumeAccessModeUnknown
-			v.AttachmentMode = CSIVolumeAttachmentModeUnknown
+		if err := v.checkCheckpoint(c); err != nil {
+			return err
 		}
+		v.FreeClaims(c.AllocationID)
 		return nil
 	case CSIVolumeClaimStateUnpublishing, CSIVolumeClaimStateNodeDetached, CSIVolumeClaimStateControllerDetached:
+		if err := v.checkCheckpoint(c); err != nil {
+			return err
+		}
 		v.PastClaims = setClaim(v.PastClaims, c.Copy())
 		return nil
 	}
 	return NewError(ErrCodeInvalid, "volume %q: allocation %q: unknown claim state %d", v.ID, c.AllocationID, c.State)
+}
+
+// releaseRank orders the claim states along the release: taken, then
+// unpublishing, node-detached, controller-detached and ready-to-free. The
+// wire numbers cannot be compared directly (unpublishing, the first step,
+// was added last).
+func releaseRank(s CSIVolumeClaimState) int {
+	switch s {
+	case CSIVolumeClaimStateTaken:
+		return 0
+	case CSIVolumeClaimStateUnpublishing:
+		return 1
+	case CSIVolumeClaimStateNodeDetached:
+		return 2
+	case CSIVolumeClaimStateControllerDetached:
+		return 3
+	case CSIVolumeClaimStateReadyToFree:
+		return 4
+	}
+	return -1
+}
+
+// checkCheckpoint applies the rules of a release checkpoint (any state but
+// taken) against the volume as it is now. A release only moves forward: a
+// checkpoint may repeat the state it records (a failed attempt's
+// bookkeeping) or move past it, never back, so a stale checkpoint from a
+// leader that lost its lead cannot send a claim back to a step whose side
+// effect was already undone. It must be for a claim the allocation holds,
+// on the node it holds it on, so a release can never be started for a
+// claim that does not exist or aimed at another node. A release starts at
+// unpublishing: a live claim with no release in progress cannot skip the
+// node step.
+func (v *CSIVolume) checkCheckpoint(c *CSIVolumeClaim) error {
+	held := v.PastClaims[c.AllocationID]
+	if held == nil {
+		held = v.WriteClaims[c.AllocationID]
+	}
+	if held == nil {
+		held = v.ReadClaims[c.AllocationID]
+	}
+	if held == nil {
+		return NewError(ErrCodeNotFound, "volume %q: allocation %q holds no claim to release (%s)", v.ID, c.AllocationID, c.State)
+	}
+	if c.NodeID != held.NodeID {
+		return NewError(ErrCodeInvalid, "volume %q: allocation %q: a release checkpoint for node %q, but the claim is on node %q",
+			v.ID, c.AllocationID, c.NodeID, held.NodeID)
+	}
+	from := held.State
+	if v.PastClaims[c.AllocationID] == nil {
+		// No release yet: the live claim is where it starts.
+		from = CSIVolumeClaimStateTaken
+		if c.State != CSIVolumeClaimStateUnpublishing {
+			return NewError(ErrCodeConflict, "volume %q: allocation %q: a release starts at %s, not %s",
+				v.ID, c.AllocationID, CSIVolumeClaimStateUnpublishing, c.State)
+		}
+	}
+	if releaseRank(c.State) < releaseRank(from) {
+		return NewError(ErrCodeConflict, "volume %q: allocation %q: the release is at %s and cannot go back to %s",
+			v.ID, c.AllocationID, from, c.State)
+	}
+	return nil
+}
+
+// FreeClaims removes every claim of an allocation, live or being released,
+// and resets the current modes when no claim remains, without any check:
+// it is what a release's last step does, for views of the volume (the
+// scheduler's) that look ahead to it. Writes go through Claim.
+func (v *CSIVolume) FreeClaims(allocID string) {
+	delete(v.ReadClaims, allocID)
+	delete(v.WriteClaims, allocID)
+	delete(v.PastClaims, allocID)
+	if !v.InUse() {
+		v.AccessMode = CSIVolumeAccessModeUnknown
+		v.AttachmentMode = CSIVolumeAttachmentModeUnknown
+	}
 }
 
 func setClaim(m map[string]*CSIVolumeClaim, c *CSIVolumeClaim) map[string]*CSIVolumeClaim {

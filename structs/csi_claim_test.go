@@ -67,6 +67,15 @@ func mustTake(t *testing.T, v *CSIVolume, c *CSIVolumeClaim) {
 	must.NoError(t, v.Claim(c))
 }
 
+// startRelease checkpoints the first step of the release of c, as the
+// servers do when its allocation ends: every release starts there.
+func startRelease(t *testing.T, v *CSIVolume, c *CSIVolumeClaim) {
+	t.Helper()
+	rel := c.Copy()
+	rel.State = CSIVolumeClaimStateUnpublishing
+	mustTake(t, v, rel)
+}
+
 // TestCSIVolume_ClaimTable has one row per cell of the access-mode table in
 // DESIGN.md ("Claim rules"), in each pre-state the cell can be reached in.
 func TestCSIVolume_ClaimTable(t *testing.T) {
@@ -253,6 +262,7 @@ func TestCSIVolume_ClaimAttachmentModeFrozenWhileClaimed(t *testing.T) {
 	t.Run("a release checkpoint still holds the mode", func(t *testing.T) {
 		v := v.Copy()
 		past := testClaim(testHolder, testHolderN, write, mnmw)
+		startRelease(t, v, past)
 		past.State = CSIVolumeClaimStateNodeDetached
 		mustTake(t, v, past)
 		must.Eq(t, ErrCodeInvalid, CodeOf(v.Claim(c)))
@@ -261,6 +271,7 @@ func TestCSIVolume_ClaimAttachmentModeFrozenWhileClaimed(t *testing.T) {
 	t.Run("free again once the last claim is freed", func(t *testing.T) {
 		v := v.Copy()
 		free := testClaim(testHolder, testHolderN, write, mnmw)
+		startRelease(t, v, free)
 		free.State = CSIVolumeClaimStateReadyToFree
 		mustTake(t, v, free)
 		must.Eq(t, noMode, v.AccessMode)
@@ -468,6 +479,7 @@ func TestCSIVolume_ClaimRelease(t *testing.T) {
 			v := testClaimVolume()
 			mustTake(t, v, testClaim(testHolder, testHolderN, write, mnsw))
 			rel := testClaim(testHolder, testHolderN, write, mnsw)
+			startRelease(t, v, rel)
 			rel.State = state
 			rel.Attempts, rel.LastError = 2, "node unpublish: timeout"
 			mustTake(t, v, rel)
@@ -507,6 +519,7 @@ func TestCSIVolume_ClaimRelease(t *testing.T) {
 		mustTake(t, v, testClaim(testHolder, testHolderN, write, mnsw))
 		mustTake(t, v, testClaim(testClaimer, testClaimerN, read, mnsw))
 		rel := testClaim(testHolder, testHolderN, write, mnsw)
+		startRelease(t, v, rel)
 		rel.State = CSIVolumeClaimStateControllerDetached
 		mustTake(t, v, rel)
 
@@ -533,6 +546,7 @@ func TestCSIVolume_ClaimRelease(t *testing.T) {
 		delete(v.ReadClaims, testClaimer)
 		v.PastClaims = setClaim(v.PastClaims, &CSIVolumeClaim{AllocationID: testClaimer, State: CSIVolumeClaimStateNodeDetached})
 		free := testClaim(testHolder, testHolderN, read, mnr)
+		startRelease(t, v, free)
 		free.State = CSIVolumeClaimStateReadyToFree
 		mustTake(t, v, free)
 		must.True(t, v.InUse())
@@ -543,6 +557,7 @@ func TestCSIVolume_ClaimRelease(t *testing.T) {
 		v := testClaimVolume()
 		mustTake(t, v, testClaim(testHolder, testHolderN, read, snr))
 		free := testClaim(testHolder, testHolderN, read, snr)
+		startRelease(t, v, free)
 		free.State = CSIVolumeClaimStateReadyToFree
 		mustTake(t, v, free)
 		must.False(t, v.InUse())
@@ -553,13 +568,15 @@ func TestCSIVolume_ClaimRelease(t *testing.T) {
 		must.Eq(t, mnmw, v.AccessMode)
 	})
 
-	t.Run("ready-to-free of an unknown allocation changes nothing", func(t *testing.T) {
+	t.Run("ready-to-free of an unknown allocation is refused", func(t *testing.T) {
 		v := testClaimVolume()
 		mustTake(t, v, testClaim(testHolder, testHolderN, read, mnr))
 		before := v.Copy()
 		free := testClaim("alloc-unknown", testHolderN, read, mnr)
 		free.State = CSIVolumeClaimStateReadyToFree
-		mustTake(t, v, free)
+		err := v.Claim(free)
+		must.Eq(t, ErrCodeNotFound, CodeOf(err))
+		must.StrContains(t, err.Error(), `"alloc-unknown" holds no claim to release`)
 		must.Eq(t, before, v)
 	})
 
@@ -640,4 +657,83 @@ func TestCSIVolumeClaim_Strings(t *testing.T) {
 	must.Eq(t, 2, int(CSIVolumeClaimStateControllerDetached))
 	must.Eq(t, 3, int(CSIVolumeClaimStateReadyToFree))
 	must.Eq(t, 4, int(CSIVolumeClaimStateUnpublishing))
+}
+
+// TestCSIVolume_ClaimCheckpointRules covers the release checkpoint rules
+// the FSM relies on: a checkpoint moves a claim forward or repeats its
+// state, never back; it is for a claim that exists, on its node; and a
+// release starts at unpublishing.
+func TestCSIVolume_ClaimCheckpointRules(t *testing.T) {
+	const (
+		taken      = CSIVolumeClaimStateTaken
+		unpub      = CSIVolumeClaimStateUnpublishing
+		nodeDet    = CSIVolumeClaimStateNodeDetached
+		ctrlDet    = CSIVolumeClaimStateControllerDetached
+		readyFree  = CSIVolumeClaimStateReadyToFree
+		noRelease  = CSIVolumeClaimState(-1)
+		notClaimed = CSIVolumeClaimState(-2)
+	)
+	cases := []struct {
+		past CSIVolumeClaimState // the release so far: noRelease, or the past claim's state
+		to   CSIVolumeClaimState
+		node string
+		code ErrorCode // "" when accepted
+	}{
+		{past: noRelease, to: unpub},
+		{past: noRelease, to: nodeDet, code: ErrCodeConflict},
+		{past: noRelease, to: ctrlDet, code: ErrCodeConflict},
+		{past: noRelease, to: readyFree, code: ErrCodeConflict},
+		{past: notClaimed, to: unpub, code: ErrCodeNotFound},
+		{past: notClaimed, to: readyFree, code: ErrCodeNotFound},
+		{past: unpub, to: unpub},
+		{past: unpub, to: nodeDet},
+		{past: unpub, to: readyFree},
+		{past: nodeDet, to: unpub, code: ErrCodeConflict},
+		{past: nodeDet, to: nodeDet},
+		{past: nodeDet, to: ctrlDet},
+		{past: ctrlDet, to: nodeDet, code: ErrCodeConflict},
+		{past: ctrlDet, to: unpub, code: ErrCodeConflict},
+		{past: ctrlDet, to: readyFree},
+		// A past claim in state taken (written before unpublishing existed)
+		// moves on like one that is unpublishing.
+		{past: taken, to: nodeDet},
+		{past: unpub, to: nodeDet, node: testClaimerN, code: ErrCodeInvalid},
+		{past: noRelease, to: unpub, node: testClaimerN, code: ErrCodeInvalid},
+	}
+	for _, tc := range cases {
+		name := fmt.Sprintf("%v to %s on %s", tc.past, tc.to, tc.node)
+		t.Run(name, func(t *testing.T) {
+			v := testClaimVolume()
+			held := testClaim(testHolder, testHolderN, write, mnsw)
+			if tc.past != notClaimed {
+				mustTake(t, v, held)
+			}
+			if tc.past >= 0 {
+				past := held.Copy()
+				past.State = tc.past
+				v.PastClaims = setClaim(v.PastClaims, past)
+			}
+			before := v.Copy()
+			c := held.Copy()
+			c.State = tc.to
+			c.Attempts, c.LastError = 1, "timeout"
+			if tc.node != "" {
+				c.NodeID = tc.node
+			}
+			err := v.Claim(c)
+			if tc.code != "" {
+				must.Eq(t, tc.code, CodeOf(err), must.Sprint(err))
+				must.StrContains(t, err.Error(), `"vol-1"`)
+				must.StrContains(t, err.Error(), `"alloc-held"`)
+				must.Eq(t, before, v)
+				return
+			}
+			must.NoError(t, err)
+			if tc.to == readyFree {
+				must.False(t, v.InUse())
+				return
+			}
+			must.Eq(t, c, v.PastClaims[testHolder])
+		})
+	}
 }

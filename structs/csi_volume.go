@@ -271,6 +271,21 @@ func (v *CSIVolume) InUse() bool {
 	return len(v.ReadClaims) > 0 || len(v.WriteClaims) > 0 || len(v.PastClaims) > 0
 }
 
+// DescribeClaims lists who holds the volume, for "in use" errors.
+func (v *CSIVolume) DescribeClaims() string {
+	var parts []string
+	add := func(kind string, m map[string]*CSIVolumeClaim) {
+		for _, id := range slices.Sorted(maps.Keys(m)) {
+			c := m[id]
+			parts = append(parts, fmt.Sprintf("%s claim of allocation %q on node %q (%s)", kind, id, c.NodeID, c.State))
+		}
+	}
+	add("read", v.ReadClaims)
+	add("write", v.WriteClaims)
+	add("past", v.PastClaims)
+	return strings.Join(parts, ", ")
+}
+
 // HasCapability reports whether the pair is among the requested capabilities.
 func (v *CSIVolume) HasCapability(access CSIVolumeAccessMode, attach CSIVolumeAttachmentMode) bool {
 	for _, c := range v.RequestedCapabilities {
@@ -477,9 +492,18 @@ func (v *CSIVolume) Validate() error {
 
 // Merge applies an operator's re-registration (update) onto a copy of the
 // stored volume v, following the rules of what may change. It returns the
-// merged copy, or one error listing every refused change.
+// merged copy, or one error listing every refused change: invalid when the
+// update changes what can never change, conflict when it is refused only
+// because of the volume's claims (it may be sent again once they are
+// released).
+//
+// It is the one rule for volume updates: the leader calls it against its
+// snapshot, to keep a refused update out of the Raft log, and the state
+// store calls it again inside the write, against the volume as it is then,
+// with what the leader merged as the update; a merged volume merges onto
+// its own source unchanged, so only what changed in between can refuse it.
 func (v *CSIVolume) Merge(update *CSIVolume) (*CSIVolume, error) {
-	var m MultiError
+	var m, inUse MultiError
 	out := v.Copy()
 	if update.Name != "" && update.Name != v.Name {
 		m.Add("volume name cannot be updated")
@@ -498,7 +522,7 @@ func (v *CSIVolume) Merge(update *CSIVolume) (*CSIVolume, error) {
 	}
 	if v.AccessMode != CSIVolumeAccessModeUnknown || v.AttachmentMode != CSIVolumeAttachmentModeUnknown {
 		if !update.HasCapability(v.AccessMode, v.AttachmentMode) {
-			m.Add("volume requested capabilities update was not compatible with existing capability in use (%s/%s)",
+			inUse.Add("volume requested capabilities update was not compatible with existing capability in use (%s/%s)",
 				v.AccessMode, v.AttachmentMode)
 		}
 	}
@@ -507,12 +531,19 @@ func (v *CSIVolume) Merge(update *CSIVolume) (*CSIVolume, error) {
 		m.Add("volume topology request update was not compatible with existing topology")
 	}
 	if v.InUse() && update.MountOptions != nil && !update.MountOptions.Equal(v.MountOptions) {
-		m.Add("can not update mount options while volume is in use")
+		inUse.Add("can not update mount options while volume is in use")
 	}
 	if len(update.Parameters) > 0 && !maps.Equal(update.Parameters, v.Parameters) {
 		m.Add("volume parameters cannot be updated")
 	}
+	// Every problem in one message; the code says whether waiting for the
+	// claims to go could ever help.
+	refused := m.Len()
+	m.Errors = append(m.Errors, inUse.Errors...)
 	if err := m.ErrorOrNil(fmt.Sprintf("volume %q cannot be updated", v.ID)); err != nil {
+		if refused == 0 {
+			return nil, &Error{Code: ErrCodeConflict, Message: MessageOf(err)}
+		}
 		return nil, err
 	}
 
@@ -530,6 +561,10 @@ func (v *CSIVolume) Merge(update *CSIVolume) (*CSIVolume, error) {
 	if update.RequestedCapacityMin != 0 || update.RequestedCapacityMax != 0 {
 		out.RequestedCapacityMin = update.RequestedCapacityMin
 		out.RequestedCapacityMax = update.RequestedCapacityMax
+	}
+	// The provider is the plugin's, as the leader last read it.
+	if update.Provider != "" {
+		out.Provider, out.ProviderVersion = update.Provider, update.ProviderVersion
 	}
 	return out, nil
 }

@@ -198,7 +198,9 @@ func TestCSIVolume_Merge(t *testing.T) {
 		stored func() *CSIVolume
 		update func(u *CSIVolume)
 		msg    string // "" when the update is accepted
-		check  func(t *testing.T, stored, out *CSIVolume)
+		// code of the refusal: invalid unless the claims alone refuse it.
+		code  ErrorCode
+		check func(t *testing.T, stored, out *CSIVolume)
 	}{
 		{name: "identical", stored: testVolume, update: func(u *CSIVolume) {}},
 		{name: "name changed", stored: testVolume, update: func(u *CSIVolume) { u.Name = "other" },
@@ -219,7 +221,8 @@ func TestCSIVolume_Merge(t *testing.T) {
 			msg: "volume snapshot ID cannot be updated"},
 		{name: "capability in use removed", stored: claimed, update: func(u *CSIVolume) {
 			u.RequestedCapabilities = []*CSIVolumeCapability{{AccessMode: mnr, AttachmentMode: fs}}
-		}, msg: "volume requested capabilities update was not compatible with existing capability in use (single-node-writer/file-system)"},
+		}, msg: "volume requested capabilities update was not compatible with existing capability in use (single-node-writer/file-system)",
+			code: ErrCodeConflict},
 		{name: "capability in use kept, another added", stored: claimed, update: func(u *CSIVolume) {
 			u.RequestedCapabilities = []*CSIVolumeCapability{
 				{AccessMode: mnmw, AttachmentMode: block}, {AccessMode: snw, AttachmentMode: fs}}
@@ -240,16 +243,34 @@ func TestCSIVolume_Merge(t *testing.T) {
 			check: func(t *testing.T, s, out *CSIVolume) { must.Eq(t, s.RequestedTopologies, out.RequestedTopologies) }},
 		{name: "mount options changed while in use", stored: claimed, update: func(u *CSIVolume) {
 			u.MountOptions = &CSIMountOptions{FSType: "xfs"}
-		}, msg: "can not update mount options while volume is in use"},
+		}, msg: "can not update mount options while volume is in use", code: ErrCodeConflict},
 		{name: "mount flags changed while in use", stored: claimed, update: func(u *CSIVolume) {
 			u.MountOptions.MountFlags = []string{"noatime"}
-		}, msg: "can not update mount options while volume is in use"},
+		}, msg: "can not update mount options while volume is in use", code: ErrCodeConflict},
 		{name: "mount options changed while releasing", stored: func() *CSIVolume {
 			v := testVolume()
 			v.PastClaims = map[string]*CSIVolumeClaim{"a": {AllocationID: "a", State: CSIVolumeClaimStateNodeDetached}}
 			return v
 		}, update: func(u *CSIVolume) { u.MountOptions = &CSIMountOptions{FSType: "xfs"} },
-			msg: "can not update mount options while volume is in use"},
+			msg: "can not update mount options while volume is in use", code: ErrCodeConflict},
+		{name: "identity and mount options while in use", stored: claimed, update: func(u *CSIVolume) {
+			u.ExternalID = "ext-2"
+			u.MountOptions = &CSIMountOptions{FSType: "xfs"}
+		}, msg: "volume external ID cannot be updated; can not update mount options while volume is in use"},
+		{name: "provider follows the plugin", stored: testVolume, update: func(u *CSIVolume) {
+			u.Provider, u.ProviderVersion = "example.com/other", "2.0"
+		}, check: func(t *testing.T, s, out *CSIVolume) {
+			must.Eq(t, "example.com/other", out.Provider)
+			must.Eq(t, "2.0", out.ProviderVersion)
+		}},
+		{name: "provider omitted is kept", stored: func() *CSIVolume {
+			v := testVolume()
+			v.Provider, v.ProviderVersion = "example.com/p", "1.0"
+			return v
+		}, update: func(u *CSIVolume) { u.Provider, u.ProviderVersion = "", "" }, check: func(t *testing.T, s, out *CSIVolume) {
+			must.Eq(t, "example.com/p", out.Provider)
+			must.Eq(t, "1.0", out.ProviderVersion)
+		}},
 		{name: "same mount options while in use", stored: claimed, update: func(u *CSIVolume) {}},
 		{name: "mount options omitted while in use", stored: claimed, update: func(u *CSIVolume) { u.MountOptions = nil },
 			check: func(t *testing.T, s, out *CSIVolume) { must.Eq(t, s.MountOptions, out.MountOptions) }},
@@ -296,7 +317,11 @@ func TestCSIVolume_Merge(t *testing.T) {
 			must.Eq(t, updateBefore, update, must.Sprint("Merge must not change the update"))
 			if tc.msg != "" {
 				must.Nil(t, out)
-				must.Eq(t, ErrCodeInvalid, CodeOf(err))
+				want := tc.code
+				if want == "" {
+					want = ErrCodeInvalid
+				}
+				must.Eq(t, want, CodeOf(err))
 				must.StrContains(t, err.Error(), `volume "vol-1" cannot be updated`)
 				must.StrContains(t, err.Error(), tc.msg)
 				return

@@ -94,7 +94,7 @@ func (c *Claims) view(vol *structs.CSIVolume) *structs.CSIVolume {
 		if a := c.ctx.stateAlloc(h.NodeID, h.AllocationID); a != nil && c.ctx.replaceable(a) {
 			// Freeing also resets the current modes when nothing else holds
 			// the volume, exactly as the real release will.
-			_ = v.Claim(&structs.CSIVolumeClaim{AllocationID: h.AllocationID, State: structs.CSIVolumeClaimStateReadyToFree})
+			v.FreeClaims(h.AllocationID)
 		}
 	}
 	for _, a := range c.ctx.planned {
@@ -137,7 +137,7 @@ func (c *Claims) goneHolder(v *structs.CSIVolume, claim *structs.CSIVolumeClaim)
 	for _, h := range holders(v) {
 		if c.ctx.plannedBy[h.AllocationID] == nil && c.ctx.stateAlloc(h.NodeID, h.AllocationID) == nil {
 			gone[h.AllocationID] = true
-			_ = w.Claim(&structs.CSIVolumeClaim{AllocationID: h.AllocationID, State: structs.CSIVolumeClaimStateReadyToFree})
+			w.FreeClaims(h.AllocationID)
 		}
 	}
 	if len(gone) == 0 || w.CheckClaim(claim) != nil {

@@ -44,6 +44,13 @@ func TestClaims(t *testing.T) {
 	job := func(reqs ...*structs.VolumeRequest) *structs.Job {
 		return schedtest.Job("web", structs.JobTypeService, 1, reqs...)
 	}
+	// twoGroups adds a group "h" like the job's group "g".
+	twoGroups := func(j *structs.Job) *structs.Job {
+		h := j.TaskGroups[0].Copy()
+		h.Name = "h"
+		j.TaskGroups = append(j.TaskGroups, h)
+		return j
+	}
 	w, r := schedtest.Writer, schedtest.Reader
 	onlyMNR := func(s *schedtest.Store) {
 		s.Nodes(schedtest.Node("n1", schedtest.Plugin("dev")))
@@ -100,9 +107,15 @@ func TestClaims(t *testing.T) {
 			world: gone([]*structs.CSIVolumeClaim{schedtest.Claim("gc1", "n2", r("vol", mnsw))}, holder{"a1", "other", w("vol", mnsw), false}),
 			job:   job(w("vol", mnsw)),
 			want:  `volume "vol" has exhausted its available writer claims: allocation "a1" of job "other" holds a write claim`},
-		{name: "planned earlier in the run", job: schedtest.Job("web", structs.JobTypeService, 2, w("vol", snw)), alloc: 1,
-			before: func(ctx *feasibility.Context) { ctx.Plan(schedtest.Alloc("p0", "web", 0, "n1")) },
-			want:   `volume "vol" has exhausted its available writer claims: allocation "web.g[0]" placed on node "n1" by this placement takes a write claim`},
+		// Job validation refuses a group of several allocations sharing a
+		// single-node volume; two groups of one allocation each may.
+		{name: "planned earlier in the run", job: twoGroups(job(w("vol", snw))),
+			before: func(ctx *feasibility.Context) {
+				p := schedtest.Alloc("p0", "web", 0, "n1")
+				p.TaskGroup, p.Name = "h", structs.AllocName("web", "h", 0)
+				ctx.Plan(p)
+			},
+			want: `volume "vol" has exhausted its available writer claims: allocation "web.h[0]" placed on node "n1" by this placement takes a write claim`},
 		{name: "one volume mounted twice by the allocation", job: job(w("vol", snw), r("vol", snw))},
 		{name: "mode outside the volume's capabilities", world: onlyMNR, job: job(w("vol", snw)),
 			want: `volume "vol": allocation "web.g[0]" cannot take a write claim: single-node-writer/file-system is not among the volume's capabilities [multi-node-reader-only/file-system]`},
