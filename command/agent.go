@@ -50,8 +50,9 @@ Usage: volplane agent [options]
   -data-dir=DIR           Where the node ID, Raft log and snapshots live.
   -bind=IP                The address the HTTP and RPC listeners bind to
                           (default 127.0.0.1).
-  -http-port=N            HTTP API port (default 4646).
-  -rpc-port=N             RPC and Raft port (default 4647).
+  -http-port=N            HTTP API port (default 4646; 0 picks a free
+                          port, printed once bound).
+  -rpc-port=N             RPC and Raft port (default 4647; 0 as above).
   -advertise=HOST:PORT    The RPC address other agents dial (default: the
                           bind address and RPC port).
   -bootstrap-expect=N     Form a cluster once N servers have met.
@@ -205,10 +206,10 @@ func (c *AgentCommand) parse(args []string) (*AgentConfig, bool, error) {
 		cfg.Advert.RPC = advertise
 	}
 	if set["http-port"] {
-		cfg.Ports.HTTP = httpPort
+		cfg.Ports.HTTP = &httpPort
 	}
 	if set["rpc-port"] {
-		cfg.Ports.RPC = rpcPort
+		cfg.Ports.RPC = &rpcPort
 	}
 	if set["bootstrap-expect"] {
 		cfg.Server.BootstrapExpect = expect
@@ -243,12 +244,13 @@ func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, f
 	if bind == "" {
 		bind = "127.0.0.1"
 	}
+	// Only an unset port is defaulted: 0 is "any free port".
 	httpPort, rpcPort := defaultHTTPPort, defaultRPCPort
-	if a.Ports.HTTP > 0 {
-		httpPort = a.Ports.HTTP
+	if a.Ports.HTTP != nil {
+		httpPort = *a.Ports.HTTP
 	}
-	if a.Ports.RPC > 0 {
-		rpcPort = a.Ports.RPC
+	if a.Ports.RPC != nil {
+		rpcPort = *a.Ports.RPC
 	}
 	cfg.HTTPAddr = net.JoinHostPort(bind, strconv.Itoa(httpPort))
 	cfg.RPCAddr = net.JoinHostPort(bind, strconv.Itoa(rpcPort))
