@@ -75,6 +75,15 @@ type Config struct {
 	ClientRPCTimeout time.Duration
 
 	Logger hclog.Logger
+
+	// leaderSetupHook, when set (tests), runs after the barrier of each
+	// attempt to set up leadership, numbered from 1; an error fails the
+	// attempt as a failed barrier does.
+	leaderSetupHook func(attempt int) error
+	// leaderSetupRetryMin, leaderSetupRetryMax and leaderSetupMaxAttempts,
+	// when set (tests), replace the constants of the same names.
+	leaderSetupRetryMin, leaderSetupRetryMax time.Duration
+	leaderSetupMaxAttempts                   int
 }
 
 // DefaultConfig returns the production defaults.
