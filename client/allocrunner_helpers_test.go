@@ -292,21 +292,7 @@ func finishTask(t *testing.T, c *Client, allocID string) {
 // when it shuts down, as it should, and the test must not.
 func killTasksUnder(t *testing.T, dir string) {
 	t.Helper()
-	find := func() []int {
-		entries, _ := os.ReadDir("/proc")
-		var pids []int
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == os.Getpid() {
-				continue
-			}
-			cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
-			if err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) && !isZombie(pid) {
-				pids = append(pids, pid)
-			}
-		}
-		return pids
-	}
+	find := func() []int { return processesUnder(dir) }
 	killed := find()
 	for _, pid := range killed {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
@@ -323,4 +309,23 @@ func killTasksUnder(t *testing.T, dir string) {
 		}
 		return true, nil
 	})
+}
+
+// processesUnder returns the live processes (zombies aside) whose working
+// directory is under dir: the tasks and shims of a client whose data dir
+// it is.
+func processesUnder(dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) && !isZombie(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }

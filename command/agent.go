@@ -78,6 +78,7 @@ func (c *AgentCommand) Run(args []string) int {
 	logger := newAgentLogger(cfg)
 	dataDir := cfg.DataDir
 	var srv *server.Server
+	var writesReady chan struct{}
 	if dev || cfg.Server.Enabled {
 		srvCfg, cleanup, err := c.serverConfig(cfg, dev)
 		if err != nil {
@@ -87,6 +88,11 @@ func (c *AgentCommand) Run(args []string) int {
 		defer cleanup()
 		srvCfg.Logger = logger
 		dataDir = srvCfg.DataDir
+		if dev {
+			// Writes wait for the agent's own client (see devWritesReady).
+			writesReady = make(chan struct{})
+			srvCfg.HTTPWritesReady = writesReady
+		}
 		if srv, err = server.NewServer(srvCfg); err != nil {
 			c.UI.Error("Error starting agent: " + err.Error())
 			return 1
@@ -106,12 +112,20 @@ func (c *AgentCommand) Run(args []string) int {
 		c.UI.Output(fmt.Sprintf("volplane client started: node %s, servers %s", cl.client.NodeID(), strings.Join(servers, ",")))
 	}
 	if dev {
+		defer devWritesReady(srv, cl.client, writesReady)()
 		c.UI.Output(`Development mode: a single server, a client and the development CSI plugin "dev", whose state is discarded on exit.`)
 	}
 
 	waitForShutdown(c.ShutdownCh)
 	c.UI.Output("Shutting down")
 	code := 0
+	if dev {
+		// Nothing the dev agent started may outlive it (see drainDev).
+		if err := cl.drainDev(c.UI, c.ShutdownCh == nil); err != nil {
+			c.UI.Error("Error stopping the allocations: " + err.Error())
+			code = 1
+		}
+	}
 	// The client first, so its last calls still find its server.
 	if err := cl.Shutdown(); err != nil {
 		c.UI.Error("Error during shutdown: " + err.Error())

@@ -30,6 +30,10 @@ type Config struct {
 	RPCAdvertise string
 	// HTTPAddr is where the HTTP API binds; empty disables it.
 	HTTPAddr string
+	// HTTPWritesReady, when set, holds the HTTP API's writes until it is
+	// closed, for a bounded time (see httpapi.Config.WritesReady); the dev
+	// agent closes it once its own client has registered.
+	HTTPWritesReady <-chan struct{}
 
 	// BootstrapExpect is the number of servers to wait for before forming a
 	// cluster; 1 bootstraps alone. 0 means join an existing cluster only.

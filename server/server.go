@@ -217,6 +217,8 @@ func (s *Server) setupHTTP() error {
 			Events:     func() *state.EventBroker { return s.State().Events() },
 			ShutdownCh: s.shutdownCtx.Done(),
 			Metrics:    metrics.Handler(),
+
+			WritesReady: s.config.HTTPWritesReady,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
