@@ -6,6 +6,8 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,9 +24,17 @@ import (
 
 const (
 	// EnvAddress and EnvToken name the environment variables the client and
-	// the CLI read their defaults from.
+	// the CLI read their defaults from; Nomad's names (NOMAD_ADDR, ...) are
+	// read when volplane's are unset.
 	EnvAddress = "VOLPLANE_ADDR"
 	EnvToken   = "VOLPLANE_TOKEN"
+
+	// The TLS settings' environment variables, as Nomad's.
+	EnvCACert        = "VOLPLANE_CACERT"
+	EnvClientCert    = "VOLPLANE_CLIENT_CERT"
+	EnvClientKey     = "VOLPLANE_CLIENT_KEY"
+	EnvTLSServerName = "VOLPLANE_TLS_SERVER_NAME"
+	EnvSkipVerify    = "VOLPLANE_SKIP_VERIFY"
 
 	// LocalAddress is where a local agent's HTTP API listens by default.
 	LocalAddress = "http://127.0.0.1:4646"
@@ -34,12 +44,82 @@ const (
 	maxErrorBody = 64 << 10
 )
 
-// DefaultAddress is $VOLPLANE_ADDR, or the local agent's address when unset.
+// DefaultAddress is $VOLPLANE_ADDR (or $NOMAD_ADDR), or the local agent's
+// address when unset.
 func DefaultAddress() string {
-	if a := os.Getenv(EnvAddress); a != "" {
+	if a := Getenv(EnvAddress); a != "" {
 		return a
 	}
 	return LocalAddress
+}
+
+// Getenv reads a VOLPLANE_* environment variable and, when it is unset,
+// its NOMAD_* counterpart, so Nomad users' environments carry over.
+func Getenv(name string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	if rest, ok := strings.CutPrefix(name, "VOLPLANE_"); ok {
+		return os.Getenv("NOMAD_" + rest)
+	}
+	return ""
+}
+
+// TLSConfig is how the client reaches an HTTPS agent.
+type TLSConfig struct {
+	// CACert is a PEM file of the CA that signed the agent's certificate;
+	// empty means the system's roots.
+	CACert string
+	// ClientCert and ClientKey are the client's certificate and key (the
+	// agent may require one: tls.verify_https_client).
+	ClientCert string
+	ClientKey  string
+	// TLSServerName is the name checked on the agent's certificate instead
+	// of the address's host.
+	TLSServerName string
+	// Insecure skips the check of the agent's certificate.
+	Insecure bool
+}
+
+// DefaultTLSConfig reads the TLS settings from the environment.
+func DefaultTLSConfig() TLSConfig {
+	skip, _ := strconv.ParseBool(Getenv(EnvSkipVerify))
+	return TLSConfig{
+		CACert:        Getenv(EnvCACert),
+		ClientCert:    Getenv(EnvClientCert),
+		ClientKey:     Getenv(EnvClientKey),
+		TLSServerName: Getenv(EnvTLSServerName),
+		Insecure:      skip,
+	}
+}
+
+func (t TLSConfig) empty() bool { return t == TLSConfig{} }
+
+// build loads the files into a tls.Config.
+func (t TLSConfig) build() (*tls.Config, error) {
+	cfg := &tls.Config{ServerName: t.TLSServerName, InsecureSkipVerify: t.Insecure, MinVersion: tls.VersionTLS12}
+	if t.CACert != "" {
+		pem, err := os.ReadFile(t.CACert)
+		if err != nil {
+			return nil, fmt.Errorf("reading the CA certificate: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("the CA file %s holds no PEM certificate", t.CACert)
+		}
+		cfg.RootCAs = pool
+	}
+	if (t.ClientCert == "") != (t.ClientKey == "") {
+		return nil, errors.New("a client certificate needs both -client-cert and -client-key")
+	}
+	if t.ClientCert != "" {
+		cert, err := tls.LoadX509KeyPair(t.ClientCert, t.ClientKey)
+		if err != nil {
+			return nil, fmt.Errorf("loading the client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }
 
 // Config configures a Client. The zero value talks to DefaultAddress()
@@ -53,6 +133,8 @@ type Config struct {
 	// HTTPClient is used for every request; nil means a client of its own
 	// with no overall timeout, since blocking queries may wait for minutes.
 	HTTPClient *http.Client
+	// TLS configures HTTPS; it is ignored when HTTPClient is given.
+	TLS TLSConfig
 }
 
 // Client talks to one volplane agent.
@@ -84,7 +166,15 @@ func NewClient(cfg Config) (*Client, error) {
 	u.Path = strings.TrimRight(u.Path, "/")
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if !cfg.TLS.empty() {
+			tc, err := cfg.TLS.build()
+			if err != nil {
+				return nil, err
+			}
+			tr.TLSClientConfig = tc
+		}
+		hc = &http.Client{Transport: tr}
 	}
 	return &Client{base: u, token: cfg.Token, http: hc}, nil
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/volplane/volplane/structs"
 )
@@ -43,5 +44,48 @@ func (o *Operator) removePeer(key, value string, w *WriteOptions) error {
 	r := o.c.newWrite(http.MethodDelete, "/v1/operator/raft/peer", w)
 	r.params.Set(key, value)
 	_, err := o.c.write(r, nil)
+	return err
+}
+
+// Security reports how the answering server is protected.
+func (o *Operator) Security(q *QueryOptions) (*structs.SecurityStatus, error) {
+	out, _, err := get[structs.SecurityStatus](o.c, "/v1/operator/security", q)
+	return out, err
+}
+
+// NodeIntroCreateOptions describe a new node introduction token.
+type NodeIntroCreateOptions struct {
+	Name      string
+	TTL       time.Duration // 0: no expiry
+	SingleUse bool
+}
+
+// NodeIntroCreate creates a node introduction token; the answer carries its
+// SecretID, which is never shown again.
+func (o *Operator) NodeIntroCreate(opts NodeIntroCreateOptions, w *WriteOptions) (*structs.NodeIntroCreateResponse, error) {
+	r := o.c.newWrite(http.MethodPut, "/v1/operator/node-intro", w)
+	body := map[string]any{"Name": opts.Name, "SingleUse": opts.SingleUse}
+	if opts.TTL > 0 {
+		body["TTL"] = opts.TTL.String()
+	}
+	r.body = body
+	var out structs.NodeIntroCreateResponse
+	if _, err := o.c.write(r, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// NodeIntroList lists the node introduction tokens.
+func (o *Operator) NodeIntroList(q *QueryOptions) ([]*structs.NodeIntroToken, *QueryMeta, error) {
+	return list[*structs.NodeIntroToken](o.c, "/v1/operator/node-intro", q)
+}
+
+// NodeIntroDelete revokes a node introduction token.
+func (o *Operator) NodeIntroDelete(accessorID string, w *WriteOptions) error {
+	if accessorID == "" {
+		return errors.New("missing accessor id")
+	}
+	_, err := o.c.write(o.c.newWrite(http.MethodDelete, "/v1/operator/node-intro/"+escape(accessorID), w), nil)
 	return err
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/tlsutil"
 )
 
 // Defaults of the timings a Config leaves at zero.
@@ -57,6 +58,14 @@ type Config struct {
 	DataDir string
 	// Servers are RPC addresses ("host:port") of servers to register with.
 	Servers []string
+	// TLS, when its tls.rpc is on, is used for every connection to the
+	// servers: the client's certificate (client.<region>.volplane) and the
+	// CA that signs the servers'. Nil or off: plaintext.
+	TLS *tlsutil.Configurator
+	// IntroToken is the node introduction token the first registration
+	// presents, where servers require one (server { node_intro_required }).
+	// It is never logged.
+	IntroToken string
 	// Plugins are the CSI plugins on this machine.
 	Plugins    []PluginConfig
 	Datacenter string

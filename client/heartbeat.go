@@ -128,7 +128,7 @@ func (h *heartbeater) beat() error {
 
 func (h *heartbeater) register() error {
 	controllers, nodes := h.c.plugins.fingerprints()
-	args := &structs.NodeRegisterRequest{Node: h.c.node(controllers, nodes)}
+	args := &structs.NodeRegisterRequest{Node: h.c.node(controllers, nodes), IntroToken: h.c.config.IntroToken}
 	var reply structs.NodeUpdateResponse
 	if err := h.c.rpc("Node.Register", args, &reply); err != nil {
 		return err

@@ -238,8 +238,8 @@ func newFakeServer(t *testing.T) *fakeServer {
 	f.mux = rpc.NewMux(rpc.MuxConfig{
 		Logger: testLogger(t, "fake-server", nil),
 		Handlers: rpc.Handlers{
-			RPC:     func(conn net.Conn) { srv.ServeCodec(rpc.NewServerCodec(conn, 0)) },
-			Session: func(s *yamux.Session) { f.sessions <- s },
+			RPC:     func(conn net.Conn, _ rpc.Peer) { srv.ServeCodec(rpc.NewServerCodec(conn, 0)) },
+			Session: func(s *yamux.Session, _ rpc.Peer) { f.sessions <- s },
 		},
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"math/rand/v2"
 	"net"
 	netrpc "net/rpc"
@@ -121,7 +122,12 @@ func (c *Client) conn() *serverConn {
 // newPool returns a pool whose sessions serve the calls servers make on
 // this client.
 func (c *Client) newPool() *rpc.ConnPool {
+	var tlsConfig func() *tls.Config
+	if c.config.TLS != nil {
+		tlsConfig = c.config.TLS.OutgoingRPC
+	}
 	return rpc.NewPool(rpc.PoolConfig{
+		TLS:         tlsConfig,
 		Logger:      c.logger,
 		DialTimeout: c.config.RPCTimeout,
 		CallTimeout: c.config.RPCTimeout,

@@ -21,8 +21,12 @@ import (
 // a whole single-process cluster).
 type AgentCommand struct {
 	UI cli.Ui
-	// ShutdownCh, when set, replaces the process signals (for tests).
+	// ShutdownCh and ReloadCh, when set, replace the process signals (for
+	// tests): SIGINT/SIGTERM and SIGHUP.
 	ShutdownCh <-chan struct{}
+	ReloadCh   <-chan struct{}
+
+	configFile string
 }
 
 func (c *AgentCommand) Synopsis() string { return "Run a volplane agent" }
@@ -42,6 +46,9 @@ Usage: volplane agent [options]
                           run both in one process).
   -servers=HOST:PORT,...  The servers a client registers with (default
                           port 4647; default: this agent's own server).
+  -intro-token=SECRET     The node introduction token a client presents when
+                          it registers for the first time, where servers
+                          require one (server { node_intro_required }).
   -csi-plugin=ID=unix:///path/csi.sock[,type=monolith|node|controller]
                           A CSI plugin the client drives; repeatable. The
                           type defaults to what the plugin offers.
@@ -57,8 +64,14 @@ Usage: volplane agent [options]
                           bind address and RPC port).
   -bootstrap-expect=N     Form a cluster once N servers have met.
   -retry-join=HOST:PORT   Another server to join; repeatable.
+  -region=REGION          The agent's region (default "global"); TLS role
+                          names are checked in it.
   -log-level=LEVEL        trace, debug, info, warn or error (default info).
   -log-json               Log in JSON.
+
+  TLS (tls { rpc = true, http = true, ca_file, cert_file, key_file, ... })
+  and limits (limits { rpc_max_conns_per_client = 100, ... }) are set in
+  the config file; SIGHUP reloads the certificates it names.
 `)
 }
 
@@ -76,6 +89,11 @@ func (c *AgentCommand) Run(args []string) int {
 		return 1
 	}
 	logger := newAgentLogger(cfg)
+	tlsCfg, err := newTLS(cfg, logger)
+	if err != nil {
+		c.UI.Error("Error: " + err.Error())
+		return 1
+	}
 	dataDir := cfg.DataDir
 	var srv *server.Server
 	var writesReady chan struct{}
@@ -87,6 +105,7 @@ func (c *AgentCommand) Run(args []string) int {
 		}
 		defer cleanup()
 		srvCfg.Logger = logger
+		srvCfg.TLS = tlsCfg
 		dataDir = srvCfg.DataDir
 		if dev {
 			// Writes wait for the agent's own client (see devWritesReady).
@@ -97,9 +116,13 @@ func (c *AgentCommand) Run(args []string) int {
 			c.UI.Error("Error starting agent: " + err.Error())
 			return 1
 		}
-		c.UI.Output(fmt.Sprintf("volplane agent started: server %q, RPC %s, HTTP http://%s", srvCfg.NodeName, srv.RPCAddr(), srv.HTTPAddr()))
+		scheme := "http"
+		if tlsCfg.HTTPEnabled() {
+			scheme = "https"
+		}
+		c.UI.Output(fmt.Sprintf("volplane agent started: server %q, RPC %s, HTTP %s://%s", srvCfg.NodeName, srv.RPCAddr(), scheme, srv.HTTPAddr()))
 	}
-	cl, err := startClient(cfg, dev, dataDir, srv, logger)
+	cl, err := startClient(cfg, dev, dataDir, srv, tlsCfg, logger)
 	if err != nil {
 		c.UI.Error("Error starting agent: " + err.Error())
 		if srv != nil {
@@ -116,7 +139,7 @@ func (c *AgentCommand) Run(args []string) int {
 		c.UI.Output(`Development mode: a single server, a client and the development CSI plugin "dev", whose state is discarded on exit.`)
 	}
 
-	waitForShutdown(c.ShutdownCh)
+	waitForShutdown(c.ShutdownCh, c.ReloadCh, func() { reloadTLS(tlsCfg, c.configFile, cfg, logger) })
 	c.UI.Output("Shutting down")
 	code := 0
 	if dev {
@@ -141,16 +164,28 @@ func (c *AgentCommand) Run(args []string) int {
 }
 
 // waitForShutdown returns once ch is closed or, when ch is nil (outside
-// tests), on SIGINT or SIGTERM.
-func waitForShutdown(ch <-chan struct{}) {
+// tests), on SIGINT or SIGTERM; meanwhile it calls reload on each SIGHUP
+// (or each value on reloadCh in tests).
+func waitForShutdown(ch, reloadCh <-chan struct{}, reload func()) {
 	if ch != nil {
-		<-ch
-		return
+		for {
+			select {
+			case <-ch:
+				return
+			case <-reloadCh:
+				reload()
+			}
+		}
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	<-sigs
+	for sig := range sigs {
+		if sig != syscall.SIGHUP {
+			return
+		}
+		reload()
+	}
 }
 
 // parse reads the config file, then lets flags override it.
@@ -161,7 +196,7 @@ func (c *AgentCommand) parse(args []string) (*AgentConfig, bool, error) {
 	var (
 		dev, srv, logJSON                   bool
 		configFile, nodeName, dataDir, bind string
-		advertise, logLevel                 string
+		advertise, logLevel, region         string
 		httpPort, rpcPort, expect           int
 		retryJoin                           stringList
 	)
@@ -177,6 +212,7 @@ func (c *AgentCommand) parse(args []string) (*AgentConfig, bool, error) {
 	fs.IntVar(&expect, "bootstrap-expect", -1, "")
 	fs.Var(&retryJoin, "retry-join", "")
 	fs.StringVar(&logLevel, "log-level", "", "")
+	fs.StringVar(&region, "region", "", "")
 	fs.BoolVar(&logJSON, "log-json", false, "")
 	clientFlags := addClientFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -187,6 +223,7 @@ func (c *AgentCommand) parse(args []string) (*AgentConfig, bool, error) {
 	}
 
 	cfg := &AgentConfig{}
+	c.configFile = configFile
 	if configFile != "" {
 		var err error
 		if cfg, err = LoadAgentConfig(configFile); err != nil {
@@ -234,6 +271,9 @@ func (c *AgentCommand) parse(args []string) (*AgentConfig, bool, error) {
 	if set["log-level"] {
 		cfg.LogLevel = logLevel
 	}
+	if set["region"] {
+		cfg.Region = region
+	}
 	if set["log-json"] {
 		cfg.LogJSON = logJSON
 	}
@@ -273,7 +313,19 @@ func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, f
 	}
 	cfg.NodeName = a.NodeName
 	cfg.DataDir = a.DataDir
+	cfg.Region = a.Region
 	cfg.BootstrapExpect = a.Server.BootstrapExpect
+	cfg.NodeIntroRequired = a.Server.NodeIntroRequired
+	cfg.NodeIntroTokens = a.Server.NodeIntroTokens
+	cfg.MaxGroupCount = a.Server.JobMaxGroupCount
+	if l := a.Limits; l != nil {
+		cfg.RPCMaxConnsPerClient = connLimitSetting(l.RPCMaxConnsPerClient)
+		cfg.HTTPMaxConnsPerClient = connLimitSetting(l.HTTPMaxConnsPerClient)
+		cfg.RPCMaxStreamsPerSession = l.RPCMaxStreamsPerConn
+		// Validated with the file.
+		cfg.RPCHandshakeTimeout, _ = positiveDuration(l.RPCHandshakeTimeout)
+		cfg.HTTPBodyTimeout, _ = positiveDuration(l.HTTPBodyTimeout)
+	}
 	for _, j := range a.Server.RetryJoin {
 		cfg.RetryJoin = append(cfg.RetryJoin, withDefaultPort(j))
 	}

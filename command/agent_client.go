@@ -21,6 +21,7 @@ import (
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/server"
 	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/tlsutil"
 )
 
 // ClientBlock configures the client role:
@@ -28,6 +29,7 @@ import (
 //	client {
 //	  enabled = true
 //	  servers = ["10.0.0.5:4647", "10.0.0.6"]
+//	  intro_token = "..."   # where servers require node introduction
 //	  csi_plugin {
 //	    id       = "ebs"
 //	    endpoint = "unix:///run/csi/ebs.sock"
@@ -37,6 +39,7 @@ import (
 type ClientBlock struct {
 	Enabled    bool              `hcl:"enabled,optional"`
 	Servers    []string          `hcl:"servers,optional"`
+	IntroToken string            `hcl:"intro_token,optional"`
 	CSIPlugins []*CSIPluginBlock `hcl:"csi_plugin,block"`
 }
 
@@ -92,6 +95,7 @@ func (p *CSIPluginBlock) config() (client.PluginConfig, error) {
 type clientFlags struct {
 	enabled bool
 	servers string
+	intro   string
 	plugins stringList
 }
 
@@ -99,6 +103,7 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 	f := &clientFlags{}
 	fs.BoolVar(&f.enabled, "client", false, "")
 	fs.StringVar(&f.servers, "servers", "", "")
+	fs.StringVar(&f.intro, "intro-token", "", "")
 	fs.Var(&f.plugins, "csi-plugin", "")
 	return f
 }
@@ -119,6 +124,9 @@ func (f *clientFlags) apply(cfg *AgentConfig, set map[string]bool) error {
 				cfg.Client.Servers = append(cfg.Client.Servers, a)
 			}
 		}
+	}
+	if set["intro-token"] {
+		cfg.Client.IntroToken = f.intro
 	}
 	if len(f.plugins) > 0 {
 		cfg.Client.CSIPlugins = nil
@@ -203,14 +211,16 @@ func (a *clientAgent) drainDev(ui cli.Ui, signals bool) error {
 // clientConfig turns the agent configuration into the client's. dataDir
 // is the agent's data dir (with -dev, the server's temporary one); srv is
 // the server running in the same process, or nil.
-func clientConfig(a *AgentConfig, dataDir string, srv *server.Server, logger hclog.Logger) (*client.Config, error) {
+func clientConfig(a *AgentConfig, dataDir string, srv *server.Server, tlsCfg *tlsutil.Configurator, logger hclog.Logger) (*client.Config, error) {
 	if dataDir == "" {
 		return nil, errors.New("a client needs a data_dir (or -dev)")
 	}
 	cfg := &client.Config{
-		NodeName: a.NodeName,
-		DataDir:  filepath.Join(dataDir, clientDataDir),
-		Logger:   logger,
+		NodeName:   a.NodeName,
+		DataDir:    filepath.Join(dataDir, clientDataDir),
+		Logger:     logger,
+		TLS:        tlsCfg,
+		IntroToken: a.Client.IntroToken,
 	}
 	for _, s := range a.Client.Servers {
 		cfg.Servers = append(cfg.Servers, withDefaultPort(s))
@@ -235,14 +245,14 @@ func clientConfig(a *AgentConfig, dataDir string, srv *server.Server, logger hcl
 // or dev is set, and returns nil otherwise. With dev it first starts the
 // development plugin as monolith "dev", on a socket in the data dir, and
 // adds it to the client's plugins.
-func startClient(a *AgentConfig, dev bool, dataDir string, srv *server.Server, logger hclog.Logger) (*clientAgent, error) {
+func startClient(a *AgentConfig, dev bool, dataDir string, srv *server.Server, tlsCfg *tlsutil.Configurator, logger hclog.Logger) (*clientAgent, error) {
 	if !dev && (a.Client == nil || !a.Client.Enabled) {
 		return nil, nil
 	}
 	if a.Client == nil {
 		a.Client = &ClientBlock{}
 	}
-	cfg, err := clientConfig(a, dataDir, srv, logger)
+	cfg, err := clientConfig(a, dataDir, srv, tlsCfg, logger)
 	if err != nil {
 		return nil, err
 	}

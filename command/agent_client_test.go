@@ -29,7 +29,7 @@ func TestAgentClient_Flags(t *testing.T) {
 	must.True(t, cfg.Client.Enabled)
 	must.False(t, cfg.Server.Enabled)
 
-	cc, err := clientConfig(cfg, cfg.DataDir, nil, nil)
+	cc, err := clientConfig(cfg, cfg.DataDir, nil, nil, nil)
 	must.NoError(t, err)
 	must.Eq(t, []string{"10.0.0.5:4647", "10.0.0.6:5647"}, cc.Servers, must.Sprint("an address without a port gets the RPC port"))
 	must.Eq(t, "/var/lib/volplane/client", cc.DataDir)
@@ -57,7 +57,7 @@ client {
 	c := &AgentCommand{UI: cli.NewMockUi()}
 	cfg, _, err := c.parse([]string{"-config", file})
 	must.NoError(t, err)
-	cc, err := clientConfig(cfg, cfg.DataDir, nil, nil)
+	cc, err := clientConfig(cfg, cfg.DataDir, nil, nil, nil)
 	must.NoError(t, err)
 	must.Eq(t, []string{"10.0.0.5:4647"}, cc.Servers)
 	must.Eq(t, []client.PluginConfig{{ID: "ebs", Endpoint: "unix:///run/csi/ebs.sock", Type: structs.CSIPluginTypeController}}, cc.Plugins)

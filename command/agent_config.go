@@ -10,12 +10,15 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsimple"
+
+	"github.com/volplane/volplane/structs"
 )
 
 // AgentConfig is the agent's configuration file (HCL), and what the flags
 // are merged into.
 type AgentConfig struct {
 	NodeName string        `hcl:"node_name,optional"`
+	Region   string        `hcl:"region,optional"`
 	DataDir  string        `hcl:"data_dir,optional"`
 	BindAddr string        `hcl:"bind_addr,optional"`
 	LogLevel string        `hcl:"log_level,optional"`
@@ -24,6 +27,8 @@ type AgentConfig struct {
 	Advert   *AdvertConfig `hcl:"advertise,block"`
 	Server   *ServerBlock  `hcl:"server,block"`
 	Client   *ClientBlock  `hcl:"client,block"`
+	TLS      *TLSBlock     `hcl:"tls,block"`
+	Limits   *LimitsBlock  `hcl:"limits,block"`
 }
 
 // PortsConfig are the agent's ports. Nil is unset (the default port);
@@ -52,6 +57,13 @@ type ServerBlock struct {
 	// (durations such as "10s"; both default to the server's, 10s).
 	HeartbeatTTL    string `hcl:"heartbeat_ttl,optional"`
 	NodeGracePeriod string `hcl:"node_grace_period,optional"`
+	// NodeIntroRequired makes new nodes present an introduction token:
+	// one of NodeIntroTokens, or one from `volplane operator node-intro
+	// create`.
+	NodeIntroRequired bool     `hcl:"node_intro_required,optional"`
+	NodeIntroTokens   []string `hcl:"node_intro_tokens,optional"`
+	// JobMaxGroupCount bounds a task group's count (default 10000).
+	JobMaxGroupCount int `hcl:"job_max_group_count,optional"`
 }
 
 // Default ports, as Nomad's.
@@ -139,6 +151,14 @@ func (c *AgentConfig) validate() error {
 				return fmt.Errorf("server.retry_interval %q: %v", s.RetryInterval, err)
 			}
 		}
+		if s.JobMaxGroupCount < 0 || s.JobMaxGroupCount > structs.MaxGroupCountCeiling {
+			return fmt.Errorf("server.job_max_group_count must be between 1 and %d (got %d)", structs.MaxGroupCountCeiling, s.JobMaxGroupCount)
+		}
+		for i, t := range s.NodeIntroTokens {
+			if len(t) < 16 {
+				return fmt.Errorf("server.node_intro_tokens[%d] is shorter than 16 characters: too easy to guess", i)
+			}
+		}
 		for _, d := range [][2]string{{"heartbeat_ttl", s.HeartbeatTTL}, {"node_grace_period", s.NodeGracePeriod}} {
 			if _, err := positiveDuration(d[1]); err != nil {
 				return fmt.Errorf("server.%s %q: %v", d[0], d[1], err)
@@ -146,6 +166,15 @@ func (c *AgentConfig) validate() error {
 		}
 	}
 	if err := c.Client.validate(); err != nil {
+		return err
+	}
+	if err := c.Limits.validate(); err != nil {
+		return err
+	}
+	if c.Region != "" && !validRegion(c.Region) {
+		return fmt.Errorf("region %q must be letters, digits and dashes", c.Region)
+	}
+	if err := c.tlsConfig().Validate(); err != nil {
 		return err
 	}
 	switch c.LogLevel {
@@ -179,4 +208,18 @@ func withDefaultPort(addr string) string {
 		return addr
 	}
 	return net.JoinHostPort(addr, strconv.Itoa(defaultRPCPort))
+}
+
+// validRegion reports whether a region can be a DNS label of a certificate
+// role name (server.<region>.volplane).
+func validRegion(r string) bool {
+	if len(r) > 63 || r[0] == '-' || r[len(r)-1] == '-' {
+		return false
+	}
+	for _, c := range r {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

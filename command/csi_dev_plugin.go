@@ -121,7 +121,7 @@ func (c *CSIDevPluginCommand) Run(args []string) int {
 	}
 	c.UI.Output(fmt.Sprintf("CSI dev plugin %s serving on %s as node %q, state in %s",
 		devplugin.PluginName, p.Endpoint(), p.NodeID(), p.StateDir()))
-	waitForShutdown(c.ShutdownCh)
+	waitForShutdown(c.ShutdownCh, nil, func() {})
 	c.UI.Output("Shutting down")
 	p.Stop()
 	return 0

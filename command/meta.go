@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,6 +23,7 @@ type Meta struct {
 	address   string
 	token     string
 	namespace string
+	tls       api.TLSConfig
 }
 
 // FlagSetFlags selects the shared flags a command's flag set gets.
@@ -47,10 +47,16 @@ func (m *Meta) FlagSet(name string, fs FlagSetFlags) *flag.FlagSet {
 	f.Usage = func() {}
 	if fs&FlagSetClient != 0 {
 		f.StringVar(&m.address, "address", api.DefaultAddress(), "")
-		f.StringVar(&m.token, "token", os.Getenv(api.EnvToken), "")
+		f.StringVar(&m.token, "token", api.Getenv(api.EnvToken), "")
+		env := api.DefaultTLSConfig()
+		f.StringVar(&m.tls.CACert, "ca-cert", env.CACert, "")
+		f.StringVar(&m.tls.ClientCert, "client-cert", env.ClientCert, "")
+		f.StringVar(&m.tls.ClientKey, "client-key", env.ClientKey, "")
+		f.StringVar(&m.tls.TLSServerName, "tls-server-name", env.TLSServerName, "")
+		f.BoolVar(&m.tls.Insecure, "tls-skip-verify", env.Insecure, "")
 	}
 	if fs&FlagSetNamespace != 0 {
-		f.StringVar(&m.namespace, "namespace", os.Getenv(EnvNamespace), "")
+		f.StringVar(&m.namespace, "namespace", api.Getenv(EnvNamespace), "")
 	}
 	return f
 }
@@ -87,7 +93,7 @@ func (m *Meta) Fail(doing string, err error) int {
 
 // Client returns an API client for the -address and -token flags.
 func (m *Meta) Client() (*api.Client, error) {
-	return api.NewClient(api.Config{Address: m.address, Token: m.token})
+	return api.NewClient(api.Config{Address: m.address, Token: m.token, TLS: m.tls})
 }
 
 // QueryOptions carries -namespace into a read.
@@ -120,7 +126,26 @@ Client Options:
 
   -token=<token>
     The token sent with every request (X-Nomad-Token). Overrides the
-    VOLPLANE_TOKEN environment variable.`
+    VOLPLANE_TOKEN environment variable.
+
+  -ca-cert=<path>
+    The CA certificate that signed the agent's HTTPS certificate.
+    Overrides VOLPLANE_CACERT.
+
+  -client-cert=<path>, -client-key=<path>
+    A client certificate and its key, for agents that require one
+    (tls.verify_https_client). Override VOLPLANE_CLIENT_CERT and
+    VOLPLANE_CLIENT_KEY.
+
+  -tls-server-name=<name>
+    The name to check on the agent's certificate instead of the address's
+    host. Overrides VOLPLANE_TLS_SERVER_NAME.
+
+  -tls-skip-verify
+    Do not check the agent's certificate (unsafe). Overrides
+    VOLPLANE_SKIP_VERIFY.
+
+  Nomad's NOMAD_* variables are read when the VOLPLANE_* ones are unset.`
 
 const namespaceOptionHelp = `
   -namespace=<namespace>

@@ -53,6 +53,7 @@ func (c *NodeStatusCommand) Run(args []string) int {
 			c.Ui.Output(formatNode(n, verbose))
 			return 0
 		},
+		footer: securityNote,
 	}, args)
 }
 
@@ -81,6 +82,7 @@ func formatNode(n *structs.Node, verbose bool) string {
 		{"Status Description", n.StatusDescription},
 		{"Last Heartbeat", lastHeartbeat(n.LastHeartbeat, n.StatusUpdatedAt)},
 		{"Status Changed", unixNano(n.StatusUpdatedAt)},
+		{"Introduced By", introducedBy(n.IntroducedBy)},
 	}
 	if verbose {
 		pairs = append(pairs,
@@ -149,4 +151,13 @@ func lastHeartbeat(last time.Time, statusChanged int64) string {
 		return timeOf(last)
 	}
 	return unixNano(statusChanged)
+}
+
+// introducedBy says how a node was let in; nothing means the cluster was
+// open when it registered.
+func introducedBy(by string) string {
+	if by == "" {
+		return "nothing (registered while the cluster was open)"
+	}
+	return by
 }

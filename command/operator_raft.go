@@ -57,6 +57,9 @@ func (c *OperatorRaftListPeersCommand) Run(args []string) int {
 		rows = append(rows, []string{s.Node, s.ID, s.Address, state, yesNo(s.Voter), s.RaftProtocol})
 	}
 	c.Ui.Output(table([]string{"Node", "ID", "Address", "State", "Voter", "RaftProtocol"}, rows))
+	if note := securityNote(client); note != "" {
+		c.Ui.Output(note)
+	}
 	return 0
 }
 

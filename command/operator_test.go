@@ -19,6 +19,7 @@ func TestOperatorRaftListPeers(t *testing.T) {
 		},
 		Index: 12,
 	})
+	f.json("GET /v1/operator/security", 200, &structs.SecurityStatus{RPCTLS: true, NodeIntroRequired: true})
 
 	r := run(t, "", "operator", "raft", "list-peers", "-stale", "-token=t0k")
 	must.Eq(t, 0, r.code, must.Sprint(r.stderr))
@@ -27,7 +28,24 @@ server-1  s1  10.0.0.1:4647  leader    true   3
 server-2  s2  10.0.0.2:4647  follower  true   3
 server-3  s3  10.0.0.3:4647  follower  false  3
 `, r.out)
-	must.Eq(t, request{Method: "GET", Path: "/v1/operator/raft/configuration", Query: "stale=true", Token: "t0k"}, r0(f))
+	reqs := f.requests()
+	must.Len(t, 2, reqs)
+	must.Eq(t, request{Method: "GET", Path: "/v1/operator/raft/configuration", Query: "stale=true", Token: "t0k"}, reqs[0])
+	must.Eq(t, request{Method: "GET", Path: "/v1/operator/security", Token: "t0k"}, reqs[1])
+}
+
+// An open cluster says so under its peers, with what anything on the
+// network could do.
+func TestOperatorRaftListPeers_OpenCluster(t *testing.T) {
+	f := newFakeAgent(t)
+	f.json("GET /v1/operator/raft/configuration", 200, &structs.RaftConfigurationResponse{
+		Servers: []*structs.RaftServer{{ID: "s1", Node: "server-1", Address: "10.0.0.1:4647", Leader: true, Voter: true, RaftProtocol: "3"}},
+	})
+	f.json("GET /v1/operator/security", 200, &structs.SecurityStatus{Open: true,
+		Warnings: []string{"RPC without TLS: any process ...", "open node registration: ..."}})
+	r := run(t, "", "operator", "raft", "list-peers")
+	must.Eq(t, 0, r.code, must.Sprint(r.stderr))
+	must.StrContains(t, r.out, "\nSecurity: OPEN, no TLS and no node introduction required:\n  - RPC without TLS: any process ...\n  - open node registration: ...\n")
 }
 
 func TestOperatorRaftListPeers_NoLeader(t *testing.T) {

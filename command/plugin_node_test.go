@@ -119,7 +119,7 @@ func TestNodeStatus_List(t *testing.T) {
 node0001  worker-1  ready   dev,nfs  `+when+`
 node0002  worker-2  down    <none>   <none>
 `, r.out)
-	must.Eq(t, request{Method: "GET", Path: "/v1/nodes"}, r0(f))
+	must.Eq(t, request{Method: "GET", Path: "/v1/nodes"}, f.requests()[0])
 }
 
 func TestNodeStatus_Detail(t *testing.T) {
@@ -140,6 +140,7 @@ Status             = ready
 Status Description = <none>
 Last Heartbeat     = `+time.Unix(0, updated.UnixNano()).Format(time.RFC3339)+`
 Status Changed     = `+time.Unix(0, updated.UnixNano()).Format(time.RFC3339)+`
+Introduced By      = nothing (registered while the cluster was open)
 
 CSI Controller Plugins
 Plugin ID  Provider          Healthy  Health Description  Update Time

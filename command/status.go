@@ -32,6 +32,8 @@ type statusCommand[T, S any] struct {
 	// detail prints the object found, without -json, and returns the exit
 	// code.
 	detail func(client *api.Client, v T, verbose bool) int
+	// footer, when set, is printed after the table of the list.
+	footer func(client *api.Client) string
 }
 
 // runStatus runs a status command: without an argument it lists the
@@ -89,5 +91,10 @@ func (s statusCommand[T, S]) printList(m *Meta, client *api.Client, asJSON, verb
 		rows = append(rows, s.row(stub, verbose))
 	}
 	m.Ui.Output(table(s.header, rows))
+	if s.footer != nil {
+		if text := s.footer(client); text != "" {
+			m.Ui.Output(text)
+		}
+	}
 	return 0
 }

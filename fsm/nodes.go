@@ -18,10 +18,7 @@ func init() {
 }
 
 func applyNodeRegister(_ *FSM, st *state.StateStore, index uint64, req *structs.NodeRegisterRequest) error {
-	if req.Node == nil {
-		return structs.ErrInvalid("node register: missing node")
-	}
-	return st.UpsertNode(index, req.Node)
+	return st.RegisterNode(index, req)
 }
 
 func applyNodeUpdateStatus(_ *FSM, st *state.StateStore, index uint64, req *structs.NodeUpdateStatusRequest) error {

@@ -56,7 +56,10 @@ func populate(t *testing.T, f *FSM) {
 		UpdateTime:     time.Unix(1700000000, 0).UTC(),
 	}}
 	ctrlNode.Attributes = map[string]string{"os": "linux"}
-	mustApply(t, f, 10, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: ctrlNode})
+	mustApply(t, f, 9, structs.NodeIntroUpsertRequestType, &structs.NodeIntroCreateRequest{Token: &structs.NodeIntroToken{
+		AccessorID: "intro-1", Name: "rack 4", SecretHash: structs.HashIntroSecret("s3cret"), SingleUse: true,
+		CreateTime: time.Unix(1700000000, 0).UTC()}})
+	mustApply(t, f, 10, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: ctrlNode, IntroAccessorID: "intro-1"})
 	mustApply(t, f, 11, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: testNode("n2", "p", "q")})
 	mustApply(t, f, 12, structs.CSIVolumeRegisterRequestType, &structs.CSIVolumeRegisterRequest{
 		Volumes:   []*structs.CSIVolume{testVolume(ns, "v1", "p"), testVolume("prod", "v2", "q")},
@@ -115,6 +118,8 @@ func dump(t *testing.T, st *state.StateStore) map[string][]any {
 	collect(state.TableAllocs, iter, err)
 	iter, err = st.Jobs(nil)
 	collect(state.TableJobs, iter, err)
+	iter, err = st.NodeIntroTokens(nil)
+	collect(state.TableNodeIntro, iter, err)
 	iter, err = st.Indexes()
 	collect(state.TableIndex, iter, err)
 	return out
@@ -134,7 +139,10 @@ func TestSnapshot_RoundTrip(t *testing.T) {
 	must.Len(t, 2, want[state.TableCSIVolumes])
 	must.Len(t, 3, want[state.TableAllocs])
 	must.Len(t, 1, want[state.TableJobs])
-	must.Len(t, 5, want[state.TableIndex])
+	must.Len(t, 1, want[state.TableNodeIntro])
+	must.Len(t, 6, want[state.TableIndex])
+	// The single-use token that introduced n1 is marked used.
+	must.Eq(t, "n1", want[state.TableNodeIntro][0].(*structs.NodeIntroToken).UsedBy)
 	// Every table of the store is filled and listed here, so a table added
 	// to the schema without a snapshot record fails the comparison below.
 	for _, table := range append(state.Tables(), state.TableIndex) {

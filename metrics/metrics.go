@@ -15,6 +15,8 @@
 //	volplane_claim_release_failures_total{step}          counter: release steps that failed
 //	volplane_client_rpc_duration_seconds{method,code}    histogram: server-to-client calls, code "ok" or the error code
 //	volplane_volumewatcher_queue_depth                   gauge: volumes waiting in the release queue
+//	volplane_conns_refused_total{listener,reason}        counter: connections refused (over a limit, plaintext, failed TLS)
+//	volplane_rpc_refused_total{method,role}              counter: RPC calls a caller's certificate role does not allow
 //
 // plus the Go runtime (go_*) and process (process_*) collectors.
 package metrics
@@ -63,6 +65,16 @@ var (
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
 	}, []string{"method", "code"})
 
+	connsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "volplane_conns_refused_total",
+		Help: "Connections refused, by listener (rpc, http) and reason (conn_limit, plaintext, tls_handshake, protocol).",
+	}, []string{"listener", "reason"})
+
+	rpcRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "volplane_rpc_refused_total",
+		Help: "RPC calls refused because the caller's certificate role may not make them, by method and role.",
+	}, []string{"method", "role"})
+
 	queueDepthFn  atomic.Pointer[func() int]
 	pastClaimsFn  atomic.Pointer[func() map[string]int]
 	pastClaimDesc = prometheus.NewDesc("volplane_csi_past_claims",
@@ -75,6 +87,8 @@ func init() {
 		releaseAttempts,
 		releaseFailures,
 		clientRPCDuration,
+		connsRefused,
+		rpcRefused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "volplane_volumewatcher_queue_depth",
 			Help: "Volumes waiting in the volume watcher's release queue (0 on a server that is not the leader).",
@@ -100,6 +114,13 @@ func ReleaseAttempt(step string) { releaseAttempts.WithLabelValues(step).Inc() }
 
 // ReleaseFailure counts one failed attempt of a release step.
 func ReleaseFailure(step string) { releaseFailures.WithLabelValues(step).Inc() }
+
+// ConnRefused counts a connection refused by a listener ("rpc" or
+// "http") for a reason.
+func ConnRefused(listener, reason string) { connsRefused.WithLabelValues(listener, reason).Inc() }
+
+// RPCRefused counts an RPC call refused to a caller of a certificate role.
+func RPCRefused(method, role string) { rpcRefused.WithLabelValues(method, role).Inc() }
 
 // ObserveClientRPC records a call to a client agent that started at start
 // and ended with *err. It is meant to be deferred with a pointer to the

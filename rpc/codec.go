@@ -242,3 +242,33 @@ func isTransport(err error) bool {
 	}
 	return false
 }
+
+// NewGuardedServerCodec wraps a server codec so that every request is
+// checked before net/rpc calls its endpoint: check gets the method and the
+// decoded arguments, and a non-nil error from it is sent back as the call's
+// answer instead (the connection stays up). Requests for unknown methods
+// are left to net/rpc, which answers them itself.
+func NewGuardedServerCodec(inner netrpc.ServerCodec, check func(method string, args any) error) netrpc.ServerCodec {
+	return &guardedCodec{ServerCodec: inner, check: check}
+}
+
+type guardedCodec struct {
+	netrpc.ServerCodec
+	check  func(string, any) error
+	method string
+}
+
+func (g *guardedCodec) ReadRequestHeader(r *netrpc.Request) error {
+	err := g.ServerCodec.ReadRequestHeader(r)
+	g.method = r.ServiceMethod
+	return err
+}
+
+// ReadRequestBody decodes the body, then checks it: net/rpc answers an
+// error from here with that error and goes on reading the next request.
+func (g *guardedCodec) ReadRequestBody(body any) error {
+	if err := g.ServerCodec.ReadRequestBody(body); err != nil || body == nil {
+		return err
+	}
+	return g.check(g.method, body)
+}

@@ -1,12 +1,14 @@
 package rpc
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-connlimit"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/yamux"
 )
@@ -14,41 +16,74 @@ import (
 // ErrMuxClosed is returned by Serve when the Mux was closed before it began.
 var ErrMuxClosed = errors.New("rpc: mux closed")
 
-// Handlers are told of each connection the Mux accepts, by protocol.
+// Peer is what the Mux knows of the other end of a connection.
+type Peer struct {
+	Addr net.Addr
+	// TLS is the connection's TLS state once the handshake verified the
+	// peer's certificate; nil for a plaintext connection.
+	TLS *tls.ConnectionState
+}
+
+// Handlers are told of each connection the Mux accepts, by protocol, with
+// what is known of its peer.
 type Handlers struct {
 	// RPC serves a plain RPC connection (after byte 0x01) or one yamux
 	// stream, typically srv.ServeCodec(NewServerCodec(conn, max)), and
-	// returns when done. The Mux closes conn when RPC returns.
-	RPC func(conn net.Conn)
+	// returns when done. The Mux closes conn when RPC returns. A stream
+	// carries the Peer of its session.
+	RPC func(conn net.Conn, peer Peer)
 
 	// Raft takes a connection after byte 0x02, typically with
 	// RaftLayer.Handoff. Once Raft returns, the connection belongs to it:
 	// the Mux no longer closes it.
-	Raft func(conn net.Conn)
+	Raft func(conn net.Conn, peer Peer)
 
 	// Session, if set, is told of each yamux session (byte 0x03) before its
 	// streams are served; later the server uses the session to call back
 	// into the client that dialed it. Session must not block. The Mux
 	// closes the session when its connection ends or on Close.
-	Session func(sess *yamux.Session)
+	Session func(sess *yamux.Session, peer Peer)
 }
 
 // MuxConfig configures a Mux.
 type MuxConfig struct {
 	Handlers         Handlers
 	Logger           hclog.Logger
-	HandshakeTimeout time.Duration // bound on waiting for the first byte (default 5s)
+	HandshakeTimeout time.Duration // bound on the first byte and, with TLS, the handshake and the inner byte (default 5s)
 	YamuxConfig      *yamux.Config // optional; default yamux.DefaultConfig() with its log sent to Logger
+
+	// TLS, when set, is the server side of the handshake after byte
+	// RPCTLS; it should require and verify a client certificate. Without
+	// it, a TLS connection is refused.
+	TLS *tls.Config
+	// RequireTLS refuses every connection that does not begin with RPCTLS.
+	RequireTLS bool
+
+	// MaxConnsPerClient bounds the connections open at once from one IP
+	// address (0: no bound); more are closed at once and counted.
+	MaxConnsPerClient int
+	// MaxStreamsPerSession bounds the streams of one yamux session served
+	// at once (default DefaultMaxStreamsPerSession).
+	MaxStreamsPerSession int
+	// Refused, if set, is told each time a connection is refused, with a
+	// short reason ("conn_limit", "plaintext", "tls_handshake",
+	// "protocol"), for metrics.
+	Refused func(reason string)
 }
 
 // Mux accepts connections on a listener and hands each to the handler its
 // first byte selects. Every connection is served in its own goroutine, which
 // Close waits for.
 type Mux struct {
-	handlers  Handlers
-	logger    hclog.Logger
-	handshake time.Duration
-	yamuxCfg  *yamux.Config
+	handlers   Handlers
+	logger     hclog.Logger
+	handshake  time.Duration
+	yamuxCfg   *yamux.Config
+	tlsConfig  *tls.Config
+	requireTLS bool
+	limiter    *connlimit.Limiter
+	maxStreams int
+	refused    func(string)
 
 	mu        sync.Mutex
 	closed    bool
@@ -70,15 +105,28 @@ func NewMux(cfg MuxConfig) *Mux {
 	if handshake <= 0 {
 		handshake = DefaultHandshakeTimeout
 	}
+	maxStreams := cfg.MaxStreamsPerSession
+	if maxStreams <= 0 {
+		maxStreams = DefaultMaxStreamsPerSession
+	}
+	refused := cfg.Refused
+	if refused == nil {
+		refused = func(string) {}
+	}
 	return &Mux{
-		handlers:  cfg.Handlers,
-		logger:    logger,
-		handshake: handshake,
-		yamuxCfg:  yamuxConfig(cfg.YamuxConfig, logger),
-		closeCh:   make(chan struct{}),
-		listeners: make(map[net.Listener]struct{}),
-		conns:     make(map[net.Conn]struct{}),
-		sessions:  make(map[*yamux.Session]struct{}),
+		handlers:   cfg.Handlers,
+		logger:     logger,
+		handshake:  handshake,
+		yamuxCfg:   yamuxConfig(cfg.YamuxConfig, logger),
+		tlsConfig:  cfg.TLS,
+		requireTLS: cfg.RequireTLS,
+		limiter:    connlimit.NewLimiter(connlimit.Config{MaxConnsPerClientIP: cfg.MaxConnsPerClient}),
+		maxStreams: maxStreams,
+		refused:    refused,
+		closeCh:    make(chan struct{}),
+		listeners:  make(map[net.Listener]struct{}),
+		conns:      make(map[net.Conn]struct{}),
+		sessions:   make(map[*yamux.Session]struct{}),
 	}
 }
 
@@ -160,6 +208,15 @@ func (m *Mux) Serve(ln net.Listener) error {
 			continue
 		}
 		delay = 0
+		free, err := m.limiter.Accept(conn)
+		if err != nil {
+			m.refused("conn_limit")
+			m.logger.Warn("refusing connection: too many connections from this address",
+				"remote", conn.RemoteAddr(), "error", err)
+			conn.Close()
+			continue
+		}
+		conn = &limitedConn{Conn: conn, free: free}
 		if !m.trackConn(conn) {
 			conn.Close()
 			return nil
@@ -191,57 +248,128 @@ func (m *Mux) untrackConn(conn net.Conn) {
 // handleConn reads the protocol byte and dispatches the connection.
 func (m *Mux) handleConn(conn net.Conn) {
 	defer m.untrackConn(conn)
-	remote := conn.RemoteAddr()
+	peer := Peer{Addr: conn.RemoteAddr()}
 
-	// A peer that connects and says nothing must not hold a goroutine
-	// forever.
-	var first [1]byte
+	// A peer that connects and says nothing (or stalls its TLS handshake)
+	// must not hold a goroutine forever: one deadline covers the first
+	// byte, the handshake and the byte inside TLS.
 	if err := conn.SetReadDeadline(time.Now().Add(m.handshake)); err != nil {
-		m.logger.Debug("cannot set handshake deadline", "remote", remote, "error", err)
+		m.logger.Debug("cannot set handshake deadline", "remote", peer.Addr, "error", err)
 		conn.Close()
 		return
 	}
-	if _, err := io.ReadFull(conn, first[:]); err != nil {
-		m.logger.Debug("connection closed before its protocol byte", "remote", remote, "error", err)
+	proto, err := readByte(conn)
+	if err != nil {
+		m.logger.Debug("connection closed before its protocol byte", "remote", peer.Addr, "error", err)
 		conn.Close()
 		return
 	}
-	if err := conn.SetReadDeadline(time.Time{}); err != nil {
-		conn.Close()
-		return
-	}
-
-	switch first[0] {
-	case RPCMsgpack:
-		if m.handlers.RPC == nil {
-			m.logger.Warn("no handler for RPC connections", "remote", remote)
+	switch {
+	case proto == RPCTLS:
+		if conn, proto, err = m.serverTLS(conn, &peer); err != nil {
 			conn.Close()
 			return
 		}
-		m.handlers.RPC(conn)
+	case m.requireTLS:
+		m.refused("plaintext")
+		m.logger.Warn("refusing a plaintext connection: this server requires TLS (tls.rpc)",
+			"remote", peer.Addr, "byte", proto)
+		conn.Close()
+		return
+	}
+	if err := conn.SetDeadline(time.Time{}); err != nil {
+		conn.Close()
+		return
+	}
+
+	switch proto {
+	case RPCMsgpack:
+		if m.handlers.RPC == nil {
+			m.logger.Warn("no handler for RPC connections", "remote", peer.Addr)
+			conn.Close()
+			return
+		}
+		m.handlers.RPC(conn, peer)
 		conn.Close()
 
 	case RPCRaft:
 		if m.handlers.Raft == nil {
-			m.logger.Warn("no handler for Raft connections", "remote", remote)
+			m.logger.Warn("no handler for Raft connections", "remote", peer.Addr)
 			conn.Close()
 			return
 		}
-		m.handlers.Raft(conn)
+		m.handlers.Raft(conn, peer)
 
 	case RPCMultiplex:
-		m.serveSession(conn)
+		m.serveSession(conn, peer)
 
 	default:
-		m.logger.Warn("unknown protocol byte, closing connection", "remote", remote, "byte", first[0])
+		m.refused("protocol")
+		m.logger.Warn("unknown protocol byte, closing connection", "remote", peer.Addr, "byte", proto)
 		conn.Close()
 	}
 }
 
+// serverTLS runs the TLS handshake of a connection that began with
+// RPCTLS and reads the protocol byte inside it. The caller's deadline
+// bounds both.
+func (m *Mux) serverTLS(conn net.Conn, peer *Peer) (net.Conn, byte, error) {
+	if m.tlsConfig == nil {
+		m.refused("tls_handshake")
+		m.logger.Warn("refusing a TLS connection: TLS is not configured for RPC", "remote", peer.Addr)
+		return conn, 0, errors.New("tls not configured")
+	}
+	tc := tls.Server(conn, m.tlsConfig)
+	if err := tc.Handshake(); err != nil {
+		m.refused("tls_handshake")
+		m.logger.Warn("refusing connection: TLS handshake failed", "remote", peer.Addr, "error", err)
+		return tc, 0, err
+	}
+	cs := tc.ConnectionState()
+	peer.TLS = &cs
+	// The acknowledgment tells the dialer its certificate was accepted:
+	// with TLS 1.3 its handshake ends before the server has checked it,
+	// and a refusal would otherwise reach it only as a dead session.
+	if _, err := tc.Write([]byte{RPCTLS}); err != nil {
+		return tc, 0, err
+	}
+	proto, err := readByte(tc)
+	if err != nil {
+		m.logger.Debug("TLS connection closed before its protocol byte", "remote", peer.Addr, "error", err)
+		return tc, 0, err
+	}
+	if proto == RPCTLS {
+		m.refused("protocol")
+		m.logger.Warn("refusing TLS nested in TLS", "remote", peer.Addr)
+		return tc, 0, errors.New("nested tls")
+	}
+	return tc, proto, nil
+}
+
+func readByte(conn net.Conn) (byte, error) {
+	var b [1]byte
+	_, err := io.ReadFull(conn, b[:])
+	return b[0], err
+}
+
+// limitedConn frees its place in the per-address limit when it is closed,
+// whoever closes it (the Mux, or Raft for a connection handed to it).
+type limitedConn struct {
+	net.Conn
+	once sync.Once
+	free func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.free)
+	return err
+}
+
 // serveSession runs a yamux server session on conn and serves every stream
 // the remote opens as an RPC connection.
-func (m *Mux) serveSession(conn net.Conn) {
-	remote := conn.RemoteAddr()
+func (m *Mux) serveSession(conn net.Conn, peer Peer) {
+	remote := peer.Addr
 	sess, err := yamux.Server(conn, m.yamuxCfg)
 	if err != nil {
 		m.logger.Error("cannot start yamux session", "remote", remote, "error", err)
@@ -264,9 +392,18 @@ func (m *Mux) serveSession(conn net.Conn) {
 	}()
 
 	if m.handlers.Session != nil {
-		m.handlers.Session(sess)
+		m.handlers.Session(sess, peer)
 	}
+	// A slot is taken before each Accept: a session with maxStreams
+	// streams in service waits, its next streams queue in yamux's accept
+	// backlog, and yamux resets those beyond it.
+	slots := make(chan struct{}, m.maxStreams)
 	for {
+		select {
+		case slots <- struct{}{}:
+		case <-sess.CloseChan():
+			return
+		}
 		stream, err := sess.Accept()
 		if err != nil {
 			if !sess.IsClosed() {
@@ -277,10 +414,12 @@ func (m *Mux) serveSession(conn net.Conn) {
 		if m.handlers.RPC == nil {
 			m.logger.Warn("no handler for RPC streams", "remote", remote)
 			stream.Close()
+			<-slots
 			continue
 		}
 		served := m.goTracked(func() {
-			m.handlers.RPC(stream)
+			defer func() { <-slots }()
+			m.handlers.RPC(stream, peer)
 			stream.Close()
 		})
 		if !served {

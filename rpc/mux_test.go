@@ -54,7 +54,7 @@ func TestMux_Multiplex(t *testing.T) {
 
 func TestMux_Raft(t *testing.T) {
 	ts := startServer(t, serverOpts{})
-	dialer := NewRaftLayer(&net.TCPAddr{})
+	dialer := NewRaftLayer(&net.TCPAddr{}, nil)
 
 	accepted := make(chan net.Conn, 1)
 	acceptErr := make(chan error, 1)

@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -39,6 +40,11 @@ type PoolConfig struct {
 	AcceptStreams func(stream net.Conn)
 
 	YamuxConfig *yamux.Config // optional; default yamux.DefaultConfig() with its log sent to Logger
+
+	// TLS, when set, gives the config of each dial's TLS handshake; a nil
+	// config from it means plaintext. It is called per dial, so reloaded
+	// certificates apply to the next session.
+	TLS func() *tls.Config
 }
 
 // ConnPool keeps one yamux client session per remote address and makes
@@ -50,6 +56,7 @@ type ConnPool struct {
 	maxIdle     time.Duration
 	accept      func(net.Conn)
 	yamuxCfg    *yamux.Config
+	tls         func() *tls.Config
 
 	mu      sync.Mutex
 	closed  bool
@@ -86,6 +93,7 @@ func NewPool(cfg PoolConfig) *ConnPool {
 		maxIdle:     cfg.MaxIdle,
 		accept:      cfg.AcceptStreams,
 		yamuxCfg:    yamuxConfig(cfg.YamuxConfig, logger),
+		tls:         cfg.TLS,
 		conns:       make(map[string]*poolConn),
 		closeCh:     make(chan struct{}),
 	}
@@ -380,12 +388,13 @@ func (p *ConnPool) dial(c *poolConn) (*poolConn, error) {
 }
 
 func (p *ConnPool) dialSession(addr string) (*yamux.Session, error) {
-	conn, err := net.DialTimeout("tcp", addr, p.dialTimeout)
+	conn, err := dialProtocol(addr, RPCMultiplex, p.dialTimeout, tlsConfigOf(p.tls))
 	if err != nil {
-		return nil, connErr(fmt.Errorf("dial %s: %w", addr, err))
-	}
-	if err := writeProtocolByte(conn, RPCMultiplex, p.dialTimeout); err != nil {
-		conn.Close()
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			// Kept as a dial error: callers know nothing was sent.
+			return nil, connErr(err)
+		}
 		return nil, connErr(fmt.Errorf("handshake with %s: %w", addr, err))
 	}
 	sess, err := yamux.Client(conn, p.yamuxCfg)

@@ -1,7 +1,9 @@
 package rpc
 
 import (
+	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -18,6 +20,7 @@ const handoffTimeout = 10 * time.Second
 // connections that began with RPCRaft, and Dial writes that byte first.
 type RaftLayer struct {
 	addr      net.Addr
+	tls       func() *tls.Config
 	connCh    chan net.Conn
 	closeCh   chan struct{}
 	closeOnce sync.Once
@@ -26,10 +29,12 @@ type RaftLayer struct {
 var _ raft.StreamLayer = (*RaftLayer)(nil)
 
 // NewRaftLayer returns a layer that reports addr, the address other servers
-// dial, as its own.
-func NewRaftLayer(addr net.Addr) *RaftLayer {
+// dial, as its own. tlsConfig, when not nil, gives the config of each dial's
+// TLS handshake (nil from it means plaintext).
+func NewRaftLayer(addr net.Addr, tlsConfig func() *tls.Config) *RaftLayer {
 	return &RaftLayer{
 		addr:    addr,
+		tls:     tlsConfig,
 		connCh:  make(chan net.Conn),
 		closeCh: make(chan struct{}),
 	}
@@ -88,16 +93,67 @@ func (l *RaftLayer) Addr() net.Addr { return l.addr }
 
 // Dial connects to another server's RPC port and selects Raft.
 func (l *RaftLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return dialProtocol(string(address), RPCRaft, timeout, tlsConfigOf(l.tls))
+}
+
+func tlsConfigOf(f func() *tls.Config) *tls.Config {
+	if f == nil {
+		return nil
+	}
+	return f()
+}
+
+// dialProtocol connects to addr's RPC port and selects proto. With a TLS
+// config it first selects RPCTLS, runs the handshake, and selects proto
+// inside TLS; timeout bounds the dial and, separately, the handshake.
+func dialProtocol(addr string, proto byte, timeout time.Duration, tlsCfg *tls.Config) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
-	conn, err := d.Dial("tcp", string(address))
+	conn, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	if err := writeProtocolByte(conn, RPCRaft, timeout); err != nil {
+	if tlsCfg == nil {
+		if err := writeProtocolByte(conn, proto, timeout); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		return conn, nil
+	}
+	if err := writeProtocolByte(conn, RPCTLS, timeout); err != nil {
 		conn.Close()
 		return nil, err
 	}
-	return conn, nil
+	tc := tls.Client(conn, tlsCfg)
+	if timeout > 0 {
+		if err := tc.SetDeadline(time.Now().Add(timeout)); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
+	if err := tc.Handshake(); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+	}
+	// The server acknowledges once it has verified our certificate; its
+	// refusal (an expired certificate, say) arrives here as a TLS alert.
+	var ack [1]byte
+	if _, err := io.ReadFull(tc, ack[:]); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+	}
+	if ack[0] != RPCTLS {
+		conn.Close()
+		return nil, fmt.Errorf("TLS handshake with %s: unexpected acknowledgment %#x", addr, ack[0])
+	}
+	if _, err := tc.Write([]byte{proto}); err != nil {
+		tc.Close()
+		return nil, err
+	}
+	if err := tc.SetDeadline(time.Time{}); err != nil {
+		tc.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 // writeProtocolByte writes the first byte of a connection, within timeout

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -31,6 +32,17 @@ type EchoReply struct {
 // testEndpoint is registered as "Test" on every test server.
 type testEndpoint struct {
 	block chan struct{} // Block waits until it is closed
+
+	mu         sync.Mutex
+	inBlock    int // Block calls waiting now
+	maxInBlock int // the most ever waiting at once
+}
+
+// blocked is the number of Block calls waiting now.
+func (e *testEndpoint) blocked() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.inBlock
 }
 
 func (e *testEndpoint) Echo(args *EchoArgs, reply *EchoReply) error {
@@ -61,6 +73,15 @@ func (e *testEndpoint) Plain(args *EchoArgs, reply *EchoReply) error {
 }
 
 func (e *testEndpoint) Block(args *EchoArgs, reply *EchoReply) error {
+	e.mu.Lock()
+	e.inBlock++
+	e.maxInBlock = max(e.maxInBlock, e.inBlock)
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.inBlock--
+		e.mu.Unlock()
+	}()
 	<-e.block
 	reply.Msg = args.Msg
 	return nil
@@ -95,6 +116,10 @@ type serverOpts struct {
 	addr       string // "" for a fresh port
 	maxRequest int64
 	handshake  time.Duration
+	tls        *tls.Config
+	requireTLS bool
+	maxConns   int
+	maxStreams int
 }
 
 // testServer is one mux on a loopback port with the Test endpoint, a Raft
@@ -106,6 +131,8 @@ type testServer struct {
 	ep       *testEndpoint
 	raft     *RaftLayer
 	sessions chan *yamux.Session
+	peers    chan Peer // the peer of each RPC connection or stream and Raft connection, while there is room
+	refused  chan string
 	logs     *syncBuffer
 
 	stopOnce sync.Once
@@ -127,30 +154,53 @@ func startServer(t testing.TB, opts serverOpts) *testServer {
 		addr:     ln.Addr().String(),
 		srv:      srv,
 		ep:       ep,
-		raft:     NewRaftLayer(ln.Addr()),
+		raft:     NewRaftLayer(ln.Addr(), nil),
 		sessions: make(chan *yamux.Session, 16),
+		peers:    make(chan Peer, 64),
+		refused:  make(chan string, 1024),
 		logs:     &syncBuffer{},
 		served:   make(chan error, 1),
 	}
 	ts.mux = NewMux(MuxConfig{
 		Handlers: Handlers{
-			RPC: func(conn net.Conn) { srv.ServeCodec(NewServerCodec(conn, opts.maxRequest)) },
-			Raft: func(conn net.Conn) {
+			RPC: func(conn net.Conn, p Peer) {
+				ts.notePeer(p)
+				srv.ServeCodec(NewServerCodec(conn, opts.maxRequest))
+			},
+			Raft: func(conn net.Conn, p Peer) {
+				ts.notePeer(p)
 				_ = ts.raft.Handoff(conn)
 			},
-			Session: func(sess *yamux.Session) {
+			Session: func(sess *yamux.Session, _ Peer) {
 				select {
 				case ts.sessions <- sess:
 				default:
 				}
 			},
 		},
-		Logger:           hclog.New(&hclog.LoggerOptions{Output: ts.logs, Level: hclog.Debug}),
-		HandshakeTimeout: opts.handshake,
+		Logger:               hclog.New(&hclog.LoggerOptions{Output: ts.logs, Level: hclog.Debug}),
+		HandshakeTimeout:     opts.handshake,
+		TLS:                  opts.tls,
+		RequireTLS:           opts.requireTLS,
+		MaxConnsPerClient:    opts.maxConns,
+		MaxStreamsPerSession: opts.maxStreams,
+		Refused: func(reason string) {
+			select {
+			case ts.refused <- reason:
+			default:
+			}
+		},
 	})
 	go func() { ts.served <- ts.mux.Serve(ln) }()
 	t.Cleanup(func() { ts.stop(t) })
 	return ts
+}
+
+func (ts *testServer) notePeer(p Peer) {
+	select {
+	case ts.peers <- p:
+	default:
+	}
 }
 
 // unblock lets every Block call return.
@@ -237,6 +287,12 @@ func newTestPool(t testing.TB, cfg PoolConfig) *ConnPool {
 }
 
 // sessionCount is the number of yamux sessions the mux is serving.
+func (m *Mux) connCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.conns)
+}
+
 func (m *Mux) sessionCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/volplane/volplane/scheduler/feasibility"
@@ -212,10 +214,10 @@ func (p *placer) stopReason(a *structs.Allocation, tg *structs.TaskGroup) string
 	case p.job.IsSystem():
 		return ""
 	}
-	for i := range tg.Count {
-		if a.Name == structs.AllocName(p.job.ID, tg.Name, i) {
-			return ""
-		}
+	// The name's index, not a walk over the count: the cost of deciding
+	// must not grow with what a job asks for.
+	if i, ok := allocIndex(a.Name, p.job.ID, tg.Name); ok && i < tg.Count {
+		return ""
 	}
 	return fmt.Sprintf("not needed: the group's count is %d", tg.Count)
 }
@@ -233,6 +235,12 @@ func (p *placer) stop(a *structs.Allocation, why string) {
 func (p *placer) placeCount(tg *structs.TaskGroup, gp *structs.GroupPlacement) {
 	g := p.group(tg.Name)
 	gp.Desired = tg.Count
+	if tg.Count > structs.MaxGroupCountCeiling {
+		// Registration refuses such a count; a job stored before the
+		// limit existed is not expanded into allocations.
+		addReason(gp, fmt.Sprintf("count %d is over the limit of %d", tg.Count, structs.MaxGroupCountCeiling))
+		return
+	}
 	for i := range tg.Count {
 		name := structs.AllocName(p.job.ID, tg.Name, i)
 		if g.kept[name] != nil || g.done[name] {
@@ -412,4 +420,22 @@ func sortNodes(nodes []*structs.Node) []*structs.Node {
 	}
 	slices.SortStableFunc(out, func(a, b *structs.Node) int { return cmp.Compare(a.ID, b.ID) })
 	return slices.CompactFunc(out, func(a, b *structs.Node) bool { return a.ID == b.ID })
+}
+
+// allocIndex is N in an allocation name "job.group[N]" of the given job
+// and group.
+func allocIndex(name, jobID, group string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, jobID+"."+group+"[")
+	if !ok {
+		return 0, false
+	}
+	num, ok := strings.CutSuffix(rest, "]")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(num)
+	if err != nil || i < 0 || structs.AllocName(jobID, group, i) != name {
+		return 0, false
+	}
+	return i, true
 }

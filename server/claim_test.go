@@ -336,3 +336,20 @@ func TestPlacer_FailedAllocationReplacedAfterDelay(t *testing.T) {
 	must.SliceEmpty(t, job.Placement["g"].Blocked)
 	must.Zero(t, job.Placement["g"].NextPlacement)
 }
+
+// A count over the cluster's limit is refused with a 400 that names the
+// group, the count and the setting, and nothing is written.
+func TestJob_RegisterRefusesCountOverLimit(t *testing.T) {
+	s := TestServer(t, func(c *Config) { c.MaxGroupCount = 50 })
+	WaitForLeader(t, s)
+	before, _ := s.State().LatestIndex()
+	req := &structs.VolumeRequest{Source: "v", PerAlloc: true, AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter}
+	err := registerJob(t, s, volumeJob("big", 51, req))
+	must.Eq(t, structs.ErrCodeInvalid, structs.CodeOf(err))
+	must.StrContains(t, err.Error(), `group "g": count 51 is over this cluster's limit of 50 (server { job_max_group_count })`)
+	err = registerJob(t, s, volumeJob("huge", 2_000_000_000, req))
+	must.StrContains(t, err.Error(), "count 2000000000 is over the limit of 100000")
+	after, _ := s.State().LatestIndex()
+	must.Eq(t, before, after)
+	must.NoError(t, registerJob(t, s, volumeJob("ok", 50, req)))
+}

@@ -148,6 +148,10 @@ func (s *Server) controllerCandidates(pluginID string) ([]string, error) {
 			reasons = append(reasons, fmt.Sprintf("node %s: node unknown", nodeID))
 		case node.Status != structs.NodeStatusReady:
 			reasons = append(reasons, fmt.Sprintf("node %s: node is %s", nodeID, node.Status))
+		case node.IntroducedBy == "" && s.secured():
+			// Registered while the cluster was open: in a secured cluster
+			// it is not trusted with volume secrets.
+			reasons = append(reasons, fmt.Sprintf("node %s: node was never introduced (registered before TLS or node introduction was required)", nodeID))
 		default:
 			out = append(out, nodeID)
 		}

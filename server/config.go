@@ -9,7 +9,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/scheduler"
+	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/tlsutil"
 )
 
 // Config is everything a server agent needs to start. The agent command
@@ -78,6 +81,39 @@ type Config struct {
 	// with its retries).
 	ClientRPCTimeout time.Duration
 
+	// Region is the server's region (default "global"): certificate role
+	// names are checked in it.
+	Region string
+	// TLS is the agent's TLS configuration. Nil, or one with TLS off, keeps
+	// the cluster open: anything that reaches the RPC port may act as a
+	// server or a node, as in Nomad without TLS.
+	TLS *tlsutil.Configurator
+
+	// NodeIntroRequired makes a node that registers for the first time
+	// present a node introduction token: one of NodeIntroTokens, or one
+	// created with `volplane operator node-intro create`.
+	NodeIntroRequired bool
+	// NodeIntroTokens are introduction secrets from the configuration
+	// file: reusable, without expiry, never stored in Raft.
+	NodeIntroTokens []string
+
+	// MaxGroupCount bounds a task group's count at registration (default
+	// structs.DefaultMaxGroupCount, at most structs.MaxGroupCountCeiling).
+	MaxGroupCount int
+
+	// Limits on what one caller may hold. For the two per-client limits, 0
+	// means the default (100, as Nomad's) and a negative value no limit.
+	RPCMaxConnsPerClient  int
+	HTTPMaxConnsPerClient int
+	// RPCHandshakeTimeout bounds a new connection's first byte and TLS
+	// handshake (default 5s).
+	RPCHandshakeTimeout time.Duration
+	// RPCMaxStreamsPerSession bounds the streams of one yamux session
+	// served at once (default rpc.DefaultMaxStreamsPerSession).
+	RPCMaxStreamsPerSession int
+	// HTTPBodyTimeout bounds the reading of one request body (default 30s).
+	HTTPBodyTimeout time.Duration
+
 	Logger hclog.Logger
 
 	// leaderSetupHook, when set (tests), runs after the barrier of each
@@ -107,7 +143,29 @@ func DefaultConfig() *Config {
 		NodeGracePeriod:   10 * time.Second,
 		ClientRPCTimeout:  2 * time.Minute,
 		ServerRPCTimeout:  10 * time.Second,
+		Region:            tlsutil.DefaultRegion,
+
+		RPCMaxConnsPerClient:  DefaultMaxConnsPerClient,
+		HTTPMaxConnsPerClient: DefaultMaxConnsPerClient,
+		RPCHandshakeTimeout:   rpc.DefaultHandshakeTimeout,
+		HTTPBodyTimeout:       30 * time.Second,
 	}
+}
+
+// DefaultMaxConnsPerClient is the default limit of connections from one IP
+// address to the RPC port and to the HTTP port, as Nomad's.
+const DefaultMaxConnsPerClient = 100
+
+// connLimit turns a per-client limit setting into the listener's: 0 is
+// the default, negative no limit.
+func connLimit(v int) int {
+	switch {
+	case v == 0:
+		return DefaultMaxConnsPerClient
+	case v < 0:
+		return 0
+	}
+	return v
 }
 
 // normalize fills defaults and rejects a configuration that cannot work,
@@ -149,6 +207,30 @@ func (c *Config) normalize() error {
 	}
 	if c.RPCAddr == "" {
 		c.RPCAddr = d.RPCAddr
+	}
+	if c.Region == "" {
+		c.Region = d.Region
+	}
+	if c.MaxGroupCount == 0 {
+		c.MaxGroupCount = structs.DefaultMaxGroupCount
+	}
+	if c.MaxGroupCount < 0 || c.MaxGroupCount > structs.MaxGroupCountCeiling {
+		return fmt.Errorf("job_max_group_count must be between 1 and %d (got %d)", structs.MaxGroupCountCeiling, c.MaxGroupCount)
+	}
+	if c.RPCHandshakeTimeout <= 0 {
+		c.RPCHandshakeTimeout = d.RPCHandshakeTimeout
+	}
+	if c.HTTPBodyTimeout <= 0 {
+		c.HTTPBodyTimeout = d.HTTPBodyTimeout
+	}
+	if c.TLS == nil {
+		var err error
+		if c.TLS, err = tlsutil.NewConfigurator(tlsutil.Config{Region: c.Region}); err != nil {
+			return err
+		}
+	}
+	if r := c.TLS.Region(); r != c.Region {
+		return fmt.Errorf("the TLS configuration's region %q is not the server's region %q", r, c.Region)
 	}
 	if c.DevMode {
 		c.BootstrapExpect = 1

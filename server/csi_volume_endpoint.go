@@ -204,8 +204,8 @@ func (e *CSIVolume) List(args *structs.CSIVolumeListRequest, reply *structs.CSIV
 	if done, err := e.srv.forward("CSIVolume.List", args, args, reply); done {
 		return err
 	}
-	if args.PerPage < 0 {
-		return structs.ErrInvalid("per_page must not be negative")
+	if args.PerPage < 0 || args.PerPage > structs.MaxPerPage {
+		return structs.ErrInvalid("per_page must be from 0 to %d, not %d", structs.MaxPerPage, args.PerPage)
 	}
 	ns := args.RequestNamespace()
 	return e.srv.blockingQuery(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, st *state.StateStore) (uint64, error) {

@@ -13,7 +13,17 @@ func (s *Server) registerEndpoints() {
 // session the server's connections arrive on, or nil for the shared server
 // (plain connections and in-process calls).
 func (s *Server) registerEndpointsOn(srv *netrpc.Server, conn *sessionConn) {
-	for name, rcvr := range map[string]any{
+	for name, rcvr := range s.endpoints(conn) {
+		if err := srv.RegisterName(name, rcvr); err != nil {
+			panic("registering endpoint " + name + ": " + err.Error())
+		}
+	}
+}
+
+// endpoints are the RPC endpoints by name; every method of theirs must
+// have a row in rpcAccess.
+func (s *Server) endpoints(conn *sessionConn) map[string]any {
+	return map[string]any{
 		"Status":    &Status{srv: s},
 		"Operator":  &Operator{srv: s},
 		"Node":      &Node{srv: s, conn: conn, logger: s.logger.Named("node")},
@@ -22,9 +32,5 @@ func (s *Server) registerEndpointsOn(srv *netrpc.Server, conn *sessionConn) {
 		"ClientCSI": &ClientCSI{srv: s},
 		"Job":       &Job{srv: s, logger: s.logger.Named("job")},
 		"Alloc":     &Alloc{srv: s},
-	} {
-		if err := srv.RegisterName(name, rcvr); err != nil {
-			panic("registering endpoint " + name + ": " + err.Error())
-		}
 	}
 }

@@ -34,6 +34,12 @@ func (e *Job) Register(args *structs.JobRegisterRequest, reply *structs.JobRegis
 	if err := job.Validate(); err != nil {
 		return err
 	}
+	for _, tg := range job.TaskGroups {
+		if tg.Count > e.srv.config.MaxGroupCount {
+			return structs.ErrInvalid("job %q validation failed: group %q: count %d is over this cluster's limit of %d (server { job_max_group_count })",
+				job.ID, tg.Name, tg.Count, e.srv.config.MaxGroupCount)
+		}
+	}
 	// Server-owned fields never come from the caller.
 	job.ClearServerFields()
 	args.Job = job

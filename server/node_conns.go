@@ -89,7 +89,7 @@ type sessionServers struct {
 
 // onSession prepares the per-session server and forgets the session's node
 // connections when it closes.
-func (s *Server) onSession(sess *yamux.Session) {
+func (s *Server) onSession(sess *yamux.Session, _ rpc.Peer) {
 	conn := &sessionConn{session: sess, established: time.Now()}
 	srv := netrpc.NewServer()
 	s.registerEndpointsOn(srv, conn)
@@ -109,8 +109,9 @@ func (s *Server) onSession(sess *yamux.Session) {
 }
 
 // serveConn serves one RPC connection: a plain one, or a stream of a yamux
-// session, on that session's server.
-func (s *Server) serveConn(conn net.Conn) {
+// session, on that session's server. Each request is first checked against
+// what the peer's certificate allows (authorizeRPC).
+func (s *Server) serveConn(conn net.Conn, peer rpc.Peer) {
 	srv := s.rpcServer
 	if st, ok := conn.(*yamux.Stream); ok {
 		s.sessions.mu.Lock()
@@ -119,5 +120,5 @@ func (s *Server) serveConn(conn net.Conn) {
 		}
 		s.sessions.mu.Unlock()
 	}
-	srv.ServeCodec(rpc.NewServerCodec(conn, s.config.MaxRequestBytes))
+	srv.ServeCodec(rpc.NewGuardedServerCodec(rpc.NewServerCodec(conn, s.config.MaxRequestBytes), s.authorizeRPC(peer)))
 }

@@ -50,6 +50,21 @@ func (e *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	}
 	now := time.Now()
 	node.StatusUpdatedAt = now.UnixNano()
+	// How the node was let in is the servers' to say, never the client's.
+	args.IntroAccessorID, node.IntroducedBy = "", ""
+	if existing == nil {
+		if args.IntroAccessorID, node.IntroducedBy, err = e.srv.introduce(node.ID, args.IntroToken, now); err != nil {
+			e.logger.Warn("refusing the registration of a new node", "node_id", node.ID, "name", node.Name, "error", err)
+			return err
+		}
+	} else {
+		node.IntroducedBy = existing.IntroducedBy
+		if node.IntroducedBy == "" && e.srv.tls.RPCEnabled() {
+			node.IntroducedBy = structs.NodeIntroducedByTLS
+		}
+	}
+	// The secret never enters the Raft log.
+	args.IntroToken = ""
 	stampFingerprints(node.CSIControllerPlugins, now)
 	stampFingerprints(node.CSINodePlugins, now)
 	args.Node = node

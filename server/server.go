@@ -4,6 +4,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-connlimit"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/hashicorp/yamux"
@@ -22,6 +24,7 @@ import (
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/server/httpapi"
 	"github.com/volplane/volplane/state"
+	"github.com/volplane/volplane/tlsutil"
 	"github.com/volplane/volplane/volumewatcher"
 )
 
@@ -30,6 +33,7 @@ type Server struct {
 	config *Config
 	logger hclog.Logger
 	nodeID string
+	tls    *tlsutil.Configurator
 
 	fsm       *fsm.FSM
 	raft      *raft.Raft
@@ -85,6 +89,7 @@ func NewServer(cfg *Config) (*Server, error) {
 	s := &Server{
 		config:         cfg,
 		logger:         cfg.Logger.Named("server"),
+		tls:            cfg.TLS,
 		rpcServer:      netrpc.NewServer(),
 		shutdownCtx:    ctx,
 		shutdownCancel: cancel,
@@ -149,6 +154,9 @@ func NewServer(cfg *Config) (*Server, error) {
 		}
 	})
 
+	for _, w := range s.securityStatus().Warnings {
+		s.logger.Warn(w)
+	}
 	s.goFunc(s.monitorLeadership)
 	s.goFunc(s.joinLoop)
 	s.logger.Info("server started", "node_id", s.nodeID, "name", cfg.NodeName,
@@ -180,23 +188,43 @@ func (s *Server) setupRPC() error {
 	if err != nil {
 		return fmt.Errorf("resolving the advertised RPC address %s: %w", s.rpcAddr, err)
 	}
-	s.raftLayer = rpc.NewRaftLayer(adv)
-	s.pool = rpc.NewPool(rpc.PoolConfig{Logger: s.logger.Named("pool"), CallTimeout: s.config.ServerRPCTimeout})
+	s.raftLayer = rpc.NewRaftLayer(adv, s.tls.OutgoingRPC)
+	s.pool = rpc.NewPool(rpc.PoolConfig{Logger: s.logger.Named("pool"), CallTimeout: s.config.ServerRPCTimeout,
+		TLS: s.tls.OutgoingRPC})
 	s.clientFwdPool = rpc.NewPool(rpc.PoolConfig{Logger: s.logger.Named("pool"),
-		CallTimeout: s.config.ClientRPCTimeout + s.config.ServerRPCTimeout})
+		CallTimeout: s.config.ClientRPCTimeout + s.config.ServerRPCTimeout, TLS: s.tls.OutgoingRPC})
 	s.mux = rpc.NewMux(rpc.MuxConfig{
 		Logger: s.logger.Named("rpc"),
 		Handlers: rpc.Handlers{
 			RPC:     s.serveConn,
 			Session: s.onSession,
-			Raft: func(conn net.Conn) {
-				if err := s.raftLayer.Handoff(conn); err != nil {
-					conn.Close()
-				}
-			},
+			Raft:    s.serveRaft,
 		},
+		HandshakeTimeout:     s.config.RPCHandshakeTimeout,
+		TLS:                  s.tls.IncomingRPC(),
+		RequireTLS:           s.tls.RPCEnabled(),
+		MaxConnsPerClient:    connLimit(s.config.RPCMaxConnsPerClient),
+		MaxStreamsPerSession: s.config.RPCMaxStreamsPerSession,
+		Refused:              func(reason string) { metrics.ConnRefused("rpc", reason) },
 	})
 	return nil
+}
+
+// serveRaft hands a Raft connection to Raft, only from a server when
+// tls.rpc is on: a Raft stream can rewrite the log.
+func (s *Server) serveRaft(conn net.Conn, peer rpc.Peer) {
+	if s.tls.RPCEnabled() {
+		if role := callerRole(peer, s.tls.Region()); role != tlsutil.RoleServer {
+			metrics.ConnRefused("rpc", "raft_role")
+			s.logger.Warn("refusing a Raft connection from a peer without a server certificate",
+				"remote", peer.Addr, "role", role, "peer", tlsutil.DescribePeer(*peer.TLS))
+			conn.Close()
+			return
+		}
+	}
+	if err := s.raftLayer.Handoff(conn); err != nil {
+		conn.Close()
+	}
 }
 
 func (s *Server) setupHTTP() error {
@@ -207,21 +235,33 @@ func (s *Server) setupHTTP() error {
 	if err != nil {
 		return fmt.Errorf("binding the HTTP address %s: %w", s.config.HTTPAddr, err)
 	}
+	if tc := s.tls.IncomingHTTP(); tc != nil {
+		ln = tls.NewListener(ln, tc)
+	}
 	s.httpListener = ln
+	limiter := connlimit.NewLimiter(connlimit.Config{MaxConnsPerClientIP: connLimit(s.config.HTTPMaxConnsPerClient)})
 	s.httpServer = &http.Server{
 		Handler: httpapi.NewHandler(httpapi.Config{
 			Backend:      s,
 			Logger:       s.logger.Named("http"),
 			MaxBodyBytes: s.config.MaxRequestBytes,
 			// Each server streams the events of its own state.
-			Events:     func() *state.EventBroker { return s.State().Events() },
-			ShutdownCh: s.shutdownCtx.Done(),
-			Metrics:    metrics.Handler(),
-
+			Events:      func() *state.EventBroker { return s.State().Events() },
+			ShutdownCh:  s.shutdownCtx.Done(),
+			Metrics:     metrics.Handler(),
+			BodyTimeout: s.config.HTTPBodyTimeout,
 			WritesReady: s.config.HTTPWritesReady,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		// Idle keep-alive connections count against the per-client limit.
+		IdleTimeout: 2 * time.Minute,
+		ConnState: limiter.HTTPConnStateFuncWithErrorHandler(func(err error, conn net.Conn) {
+			metrics.ConnRefused("http", "conn_limit")
+			s.logger.Warn("refusing HTTP connection: too many connections from this address",
+				"remote", conn.RemoteAddr(), "error", err)
+			conn.Close()
+		}),
+		ErrorLog: s.logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	s.goFunc(func() {
 		if err := s.httpServer.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -61,6 +61,10 @@ func withPlugin(n *structs.Node, ctrl, node *structs.CSIInfo) *structs.Node {
 		if n.CSINodePlugins == nil {
 			n.CSINodePlugins = map[string]*structs.CSIInfo{}
 		}
+		// Each node reports a storage node ID of its own: two nodes may
+		// not hold the same one for a plugin.
+		node = node.Copy()
+		node.NodeInfo.ID = "ext-" + n.ID
 		n.CSINodePlugins[node.PluginID] = node
 	}
 	return n

@@ -123,6 +123,11 @@ func deleteNodesTxn(txn *memdb.Txn, index uint64, nodeIDs []string) error {
 // fingerprints. A node that differs only in timestamps is not rewritten, so a
 // heartbeat that reports nothing new does not wake node watchers.
 func writeNodeTxn(txn *memdb.Txn, index uint64, existing, n *structs.Node) error {
+	if existing == nil || !structs.PluginsEqual(existing.CSINodePlugins, n.CSINodePlugins) {
+		if err := externalNodeIDConflictTxn(txn, n); err != nil {
+			return err
+		}
+	}
 	switch {
 	case existing == nil:
 		n.CreateIndex, n.ModifyIndex = index, index
@@ -139,6 +144,40 @@ func writeNodeTxn(txn *memdb.Txn, index uint64, existing, n *structs.Node) error
 	// Plugins are reconciled even when the node row did not change: it is
 	// idempotent and writes only what differs.
 	return updateNodePluginsTxn(txn, index, n.ID, existing, n)
+}
+
+// externalNodeIDConflictTxn refuses a node whose node plugin reports a
+// storage provider node ID (NodeGetInfo) that another node already holds
+// for the same plugin: controller publishes name that ID, so a second node
+// claiming it could have volumes attached to it that belong to the first.
+func externalNodeIDConflictTxn(txn *memdb.Txn, n *structs.Node) error {
+	want := map[string]string{} // plugin ID -> external node ID
+	for id, info := range n.CSINodePlugins {
+		if info != nil && info.NodeInfo != nil && info.NodeInfo.ID != "" {
+			want[id] = info.NodeInfo.ID
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	iter, err := txn.Get(TableNodes, indexID)
+	if err != nil {
+		return fmt.Errorf("state: listing nodes: %w", err)
+	}
+	for raw := iter.Next(); raw != nil; raw = iter.Next() {
+		other := raw.(*structs.Node)
+		if other.ID == n.ID {
+			continue
+		}
+		for pluginID, ext := range want {
+			info := other.CSINodePlugins[pluginID]
+			if info != nil && info.NodeInfo != nil && info.NodeInfo.ID == ext {
+				return structs.ErrConflict("node %q: plugin %q reports storage node ID %q, which node %q (%s) holds already",
+					n.ID, pluginID, ext, other.ID, other.Name)
+			}
+		}
+	}
+	return nil
 }
 
 func insertNodeTxn(txn *memdb.Txn, n *structs.Node) error {
@@ -159,6 +198,7 @@ func nodesEqual(a, b *structs.Node) bool {
 		maps.Equal(a.Attributes, b.Attributes) &&
 		a.Status == b.Status &&
 		a.StatusDescription == b.StatusDescription &&
+		a.IntroducedBy == b.IntroducedBy &&
 		structs.PluginsEqual(a.CSIControllerPlugins, b.CSIControllerPlugins) &&
 		structs.PluginsEqual(a.CSINodePlugins, b.CSINodePlugins)
 }

@@ -18,6 +18,7 @@ const (
 	TableCSIPlugins = "csi_plugins"
 	TableAllocs     = "allocs"
 	TableJobs       = "jobs"
+	TableNodeIntro  = "node_intro_tokens"
 	TableIndex      = "index"
 )
 
@@ -41,6 +42,7 @@ var schemaFuncs = []func() *memdb.TableSchema{
 	csiPluginsTableSchema,
 	allocsTableSchema,
 	jobsTableSchema,
+	nodeIntroTableSchema,
 }
 
 // schema returns the memdb schema of the whole store.
@@ -59,7 +61,7 @@ func schema() *memdb.DBSchema {
 // Tables returns the names of every table whose changes are tracked in the
 // index table, for callers that wait on "anything".
 func Tables() []string {
-	return []string{TableNodes, TableCSIVolumes, TableCSIPlugins, TableAllocs, TableJobs}
+	return []string{TableNodes, TableCSIVolumes, TableCSIPlugins, TableAllocs, TableJobs, TableNodeIntro}
 }
 
 // IndexEntry is one row of the index table: the Raft index of the last change

@@ -9,6 +9,20 @@ import (
 // TaskDriverExec is the one task driver: it runs a command on the node.
 const TaskDriverExec = "exec"
 
+// Bounds on the size of a job, so that no caller can make a server hold or
+// compute without limit. A group's count is bounded again, lower, by the
+// server's configuration (DefaultMaxGroupCount); MaxGroupCountCeiling is the
+// highest that setting may be and what every replica checks.
+const (
+	DefaultMaxGroupCount = 10_000
+	MaxGroupCountCeiling = 100_000
+	MaxGroupsPerJob      = 100
+	MaxTasksPerGroup     = 100
+	MaxVolumesPerGroup   = 100
+	MaxMountsPerTask     = 100
+	MaxArgsPerTask       = 1_000
+)
+
 // Canonicalize fills in the defaults of a job as submitted, so that the
 // rest of the system never has to guess: the default namespace, type
 // service, the name from the ID, a count of 1 for groups of service and
@@ -79,6 +93,10 @@ func (j *Job) Validate() error {
 	if len(j.TaskGroups) == 0 {
 		m.Add("job has no task groups")
 	}
+	if len(j.TaskGroups) > MaxGroupsPerJob {
+		m.Add("job has %d task groups; the limit is %d", len(j.TaskGroups), MaxGroupsPerJob)
+		return m.ErrorOrNil(fmt.Sprintf("job %q validation failed", j.ID))
+	}
 	seen := map[string]bool{}
 	for i, tg := range j.TaskGroups {
 		if tg == nil {
@@ -116,6 +134,17 @@ func (j *Job) validateGroup(m *MultiError, i int, tg *TaskGroup) {
 	// their count means nothing and is not checked.
 	if !j.IsSystem() && tg.Count < 0 {
 		m.Add("%s: count must not be negative, not %d", where, tg.Count)
+	}
+	if tg.Count > MaxGroupCountCeiling {
+		m.Add("%s: count %d is over the limit of %d", where, tg.Count, MaxGroupCountCeiling)
+	}
+	if len(tg.Tasks) > MaxTasksPerGroup {
+		m.Add("%s: %d tasks; the limit is %d", where, len(tg.Tasks), MaxTasksPerGroup)
+		return
+	}
+	if len(tg.Volumes) > MaxVolumesPerGroup {
+		m.Add("%s: %d volumes; the limit is %d", where, len(tg.Volumes), MaxVolumesPerGroup)
+		return
 	}
 
 	for _, alias := range slices.Sorted(maps.Keys(tg.Volumes)) {
@@ -222,6 +251,13 @@ func hasMountOptions(o *CSIMountOptions) bool {
 
 // validateTask adds the problems of one task and its volume mounts.
 func validateTask(m *MultiError, where string, tg *TaskGroup, task *Task) {
+	if len(task.VolumeMounts) > MaxMountsPerTask {
+		m.Add("%s: %d volume mounts; the limit is %d", where, len(task.VolumeMounts), MaxMountsPerTask)
+		return
+	}
+	if len(task.Config.Args) > MaxArgsPerTask {
+		m.Add("%s: %d arguments; the limit is %d", where, len(task.Config.Args), MaxArgsPerTask)
+	}
 	switch task.Driver {
 	case TaskDriverExec:
 		if task.Config.Command == "" {

@@ -232,3 +232,43 @@ func TestJob_Canonicalize(t *testing.T) {
 	var nilJob *Job
 	nilJob.Canonicalize()
 }
+
+// Every size a caller controls is bounded, and the error names the field
+// and the limit.
+func TestJob_Validate_Limits(t *testing.T) {
+	cases := map[string]struct {
+		change func(j *Job)
+		want   string
+	}{
+		"count": {func(j *Job) { j.TaskGroups[0].Count = 2_000_000_000 }, `group "g": count 2000000000 is over the limit of 100000`},
+		"groups": {func(j *Job) {
+			for i := range MaxGroupsPerJob {
+				g := validJob().TaskGroups[0]
+				g.Name = strings.Repeat("g", i+2)
+				j.TaskGroups = append(j.TaskGroups, g)
+			}
+		}, "job has 101 task groups; the limit is 100"},
+		"tasks": {func(j *Job) {
+			for range MaxTasksPerGroup {
+				j.TaskGroups[0].Tasks = append(j.TaskGroups[0].Tasks, j.TaskGroups[0].Tasks[0])
+			}
+		}, `group "g": 101 tasks; the limit is 100`},
+		"volumes": {func(j *Job) {
+			for i := range MaxVolumesPerGroup {
+				name := strings.Repeat("v", i+1)
+				j.TaskGroups[0].Volumes[name] = &VolumeRequest{Name: name}
+			}
+		}, `group "g": 101 volumes; the limit is 100`},
+		"args": {func(j *Job) { j.TaskGroups[0].Tasks[0].Config.Args = make([]string, MaxArgsPerTask+1) },
+			`task "t": 1001 arguments; the limit is 1000`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			j := validJob()
+			tc.change(j)
+			err := j.Validate()
+			must.Eq(t, ErrCodeInvalid, CodeOf(err))
+			must.StrContains(t, err.Error(), tc.want)
+		})
+	}
+}

@@ -25,6 +25,8 @@ const (
 	JobRegisterRequestType         MessageType = 7
 	JobDeregisterRequestType       MessageType = 8
 	PlanApplyRequestType           MessageType = 9
+	NodeIntroUpsertRequestType     MessageType = 10
+	NodeIntroDeleteRequestType     MessageType = 11
 )
 
 // IgnoreUnknownTypeFlag may be set on a message type by a newer server for an
@@ -43,6 +45,8 @@ var messageTypeNames = map[MessageType]string{
 	JobRegisterRequestType:         "JobRegister",
 	JobDeregisterRequestType:       "JobDeregister",
 	PlanApplyRequestType:           "PlanApply",
+	NodeIntroUpsertRequestType:     "NodeIntroUpsert",
+	NodeIntroDeleteRequestType:     "NodeIntroDelete",
 }
 
 // MessageTypes returns every defined message type, for tests that check each
@@ -73,6 +77,7 @@ const (
 	CSIPluginSnapshot SnapshotType = 3
 	AllocSnapshot     SnapshotType = 4
 	JobSnapshot       SnapshotType = 5
+	NodeIntroSnapshot SnapshotType = 6
 )
 
 var snapshotTypeNames = map[SnapshotType]string{
@@ -82,6 +87,7 @@ var snapshotTypeNames = map[SnapshotType]string{
 	CSIPluginSnapshot: "CSIPlugin",
 	AllocSnapshot:     "Alloc",
 	JobSnapshot:       "Job",
+	NodeIntroSnapshot: "NodeIntroToken",
 }
 
 // SnapshotTypes returns every defined snapshot record type.

@@ -36,6 +36,8 @@ func TestMessageTypes_Named(t *testing.T) {
 		"JobRegister":         7,
 		"JobDeregister":       8,
 		"PlanApply":           9,
+		"NodeIntroUpsert":     10,
+		"NodeIntroDelete":     11,
 	}, seen)
 }
 
@@ -51,7 +53,7 @@ func TestSnapshotTypes_Named(t *testing.T) {
 	}
 	must.Eq(t, "SnapshotType(77)", SnapshotType(77).String())
 	must.Eq(t, map[string]SnapshotType{
-		"Index": 0, "Node": 1, "CSIVolume": 2, "CSIPlugin": 3, "Alloc": 4, "Job": 5,
+		"Index": 0, "Node": 1, "CSIVolume": 2, "CSIPlugin": 3, "Alloc": 4, "Job": 5, "NodeIntroToken": 6,
 	}, seen)
 }
 

@@ -34,6 +34,11 @@ type Node struct {
 	StatusDescription string
 	StatusUpdatedAt   int64
 
+	// IntroducedBy says how the node was let in (NodeIntroducedBy*); empty
+	// for a node that registered while the cluster was open. Set by the
+	// leader, never by the client.
+	IntroducedBy string
+
 	// Fingerprints of the CSI plugins the node runs, by plugin ID.
 	CSIControllerPlugins map[string]*CSIInfo
 	CSINodePlugins       map[string]*CSIInfo
@@ -165,6 +170,14 @@ type NodeListStub struct {
 // NodeRegisterRequest registers a node, or re-registers it after a restart.
 type NodeRegisterRequest struct {
 	Node *Node
+	// IntroToken is the secret of a node introduction token, for a node
+	// that registers for the first time where servers require one. The
+	// leader checks it and clears it before the Raft write.
+	IntroToken string `json:"-"`
+	// IntroAccessorID is the token the leader accepted (empty for one from
+	// the server's configuration): the FSM checks it again and marks a
+	// single-use token used.
+	IntroAccessorID string
 	WriteRequest
 }
 

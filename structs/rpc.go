@@ -57,7 +57,7 @@ type QueryOptions struct {
 	AllowStale bool
 
 	Prefix    string
-	PerPage   int32
+	PerPage   int32 // at most MaxPerPage
 	NextToken string
 
 	InternalRPCInfo
@@ -106,3 +106,6 @@ type GenericRequest struct {
 type GenericResponse struct {
 	WriteMeta
 }
+
+// MaxPerPage bounds the page size a caller may ask for.
+const MaxPerPage = 10_000

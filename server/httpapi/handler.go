@@ -32,6 +32,10 @@
 //	GET         /v1/status/peers                              JSON array of Raft peer addresses
 //	GET         /v1/operator/raft/configuration               the Raft configuration
 //	DELETE      /v1/operator/raft/peer?id=|address=           remove a Raft peer
+//	GET         /v1/operator/security                         how the answering server is protected (TLS, node introduction)
+//	PUT, POST   /v1/operator/node-intro                       create a node introduction token; body {"Name","TTL","SingleUse"}
+//	GET         /v1/operator/node-intro                       list node introduction tokens (never their secrets)
+//	DELETE      /v1/operator/node-intro/:accessor             revoke a node introduction token
 //	GET         /v1/event/stream[?topic=&index=]              newline-delimited JSON events of this server's state (see eventStream)
 //	GET         /v1/metrics                                   Prometheus text format
 //
@@ -84,6 +88,10 @@ type Config struct {
 	ShutdownCh <-chan struct{}
 	// Metrics serves GET /v1/metrics; nil disables it (404).
 	Metrics http.Handler
+	// BodyTimeout bounds the reading of one request body, so a body sent a
+	// byte at a time cannot hold a connection and a handler forever; 0
+	// means DefaultBodyTimeout.
+	BodyTimeout time.Duration
 
 	// WritesReady, when set, holds every write (a request of any method
 	// but GET and HEAD) until it is closed, for at most WritesReadyTimeout
@@ -95,6 +103,9 @@ type Config struct {
 	WritesReady        <-chan struct{}
 	WritesReadyTimeout time.Duration
 }
+
+// DefaultBodyTimeout is the body read bound when Config.BodyTimeout is 0.
+const DefaultBodyTimeout = 30 * time.Second
 
 // DefaultWritesReadyTimeout bounds how long a write waits for WritesReady.
 const DefaultWritesReadyTimeout = 30 * time.Second
@@ -115,6 +126,7 @@ type handler struct {
 	backend Backend
 	logger  hclog.Logger
 	maxBody int64
+	bodyTTL time.Duration
 	mux     *http.ServeMux
 
 	events         func() *state.EventBroker
@@ -136,6 +148,7 @@ func NewHandler(cfg Config) http.Handler {
 		backend: cfg.Backend,
 		logger:  cfg.Logger,
 		maxBody: cfg.MaxBodyBytes,
+		bodyTTL: cfg.BodyTimeout,
 		mux:     http.NewServeMux(),
 
 		events:         cfg.Events,
@@ -156,6 +169,9 @@ func NewHandler(cfg Config) http.Handler {
 	if h.heartbeat <= 0 {
 		h.heartbeat = DefaultEventHeartbeat
 	}
+	if h.bodyTTL <= 0 {
+		h.bodyTTL = DefaultBodyTimeout
+	}
 	if h.writesReadyTimeout <= 0 {
 		h.writesReadyTimeout = DefaultWritesReadyTimeout
 	}
@@ -173,33 +189,38 @@ type endpoint func(w http.ResponseWriter, r *http.Request) (any, error)
 // and known paths with the wrong method with 405 and an Allow header.
 func (h *handler) routes() {
 	for pattern, fn := range map[string]endpoint{
-		"GET /v1/volumes":                     h.volumeList,
-		"PUT /v1/volume/csi/{id}":             h.volumeRegister,
-		"POST /v1/volume/csi/{id}":            h.volumeRegister,
-		"GET /v1/volume/csi/{id}":             h.volumeGet,
-		"DELETE /v1/volume/csi/{id}":          h.volumeDeregister,
-		"PUT /v1/volume/csi/{id}/create":      h.volumeCreate,
-		"POST /v1/volume/csi/{id}/create":     h.volumeCreate,
-		"DELETE /v1/volume/csi/{id}/delete":   h.volumeDelete,
-		"DELETE /v1/volume/csi/{id}/detach":   h.volumeDetach,
-		"GET /v1/plugins":                     h.pluginList,
-		"GET /v1/plugin/csi/{id}":             h.pluginGet,
-		"GET /v1/nodes":                       h.nodeList,
-		"GET /v1/node/{id}":                   h.nodeGet,
-		"PUT /v1/jobs":                        h.jobRegister,
-		"POST /v1/jobs":                       h.jobRegister,
-		"GET /v1/jobs":                        h.jobList,
-		"PUT /v1/job/{id}":                    h.jobRegister,
-		"POST /v1/job/{id}":                   h.jobRegister,
-		"GET /v1/job/{id}":                    h.jobGet,
-		"DELETE /v1/job/{id}":                 h.jobDeregister,
-		"GET /v1/job/{id}/allocations":        h.jobAllocations,
-		"GET /v1/allocations":                 h.allocList,
-		"GET /v1/allocation/{id}":             h.allocGet,
-		"GET /v1/status/leader":               h.statusLeader,
-		"GET /v1/status/peers":                h.statusPeers,
-		"GET /v1/operator/raft/configuration": h.raftConfiguration,
-		"DELETE /v1/operator/raft/peer":       h.raftRemovePeer,
+		"GET /v1/volumes":                           h.volumeList,
+		"PUT /v1/volume/csi/{id}":                   h.volumeRegister,
+		"POST /v1/volume/csi/{id}":                  h.volumeRegister,
+		"GET /v1/volume/csi/{id}":                   h.volumeGet,
+		"DELETE /v1/volume/csi/{id}":                h.volumeDeregister,
+		"PUT /v1/volume/csi/{id}/create":            h.volumeCreate,
+		"POST /v1/volume/csi/{id}/create":           h.volumeCreate,
+		"DELETE /v1/volume/csi/{id}/delete":         h.volumeDelete,
+		"DELETE /v1/volume/csi/{id}/detach":         h.volumeDetach,
+		"GET /v1/plugins":                           h.pluginList,
+		"GET /v1/plugin/csi/{id}":                   h.pluginGet,
+		"GET /v1/nodes":                             h.nodeList,
+		"GET /v1/node/{id}":                         h.nodeGet,
+		"PUT /v1/jobs":                              h.jobRegister,
+		"POST /v1/jobs":                             h.jobRegister,
+		"GET /v1/jobs":                              h.jobList,
+		"PUT /v1/job/{id}":                          h.jobRegister,
+		"POST /v1/job/{id}":                         h.jobRegister,
+		"GET /v1/job/{id}":                          h.jobGet,
+		"DELETE /v1/job/{id}":                       h.jobDeregister,
+		"GET /v1/job/{id}/allocations":              h.jobAllocations,
+		"GET /v1/allocations":                       h.allocList,
+		"GET /v1/allocation/{id}":                   h.allocGet,
+		"GET /v1/status/leader":                     h.statusLeader,
+		"GET /v1/status/peers":                      h.statusPeers,
+		"GET /v1/operator/raft/configuration":       h.raftConfiguration,
+		"DELETE /v1/operator/raft/peer":             h.raftRemovePeer,
+		"GET /v1/operator/security":                 h.security,
+		"PUT /v1/operator/node-intro":               h.nodeIntroCreate,
+		"POST /v1/operator/node-intro":              h.nodeIntroCreate,
+		"GET /v1/operator/node-intro":               h.nodeIntroList,
+		"DELETE /v1/operator/node-intro/{accessor}": h.nodeIntroDelete,
 	} {
 		h.mux.HandleFunc(pattern, h.wrap(fn))
 	}

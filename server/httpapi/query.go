@@ -63,8 +63,8 @@ func parseQueryOptions(r *http.Request, q *structs.QueryOptions) (url.Values, er
 	}
 	if s := v.Get("per_page"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 32)
-		if err != nil || n < 0 {
-			return nil, structs.ErrInvalid("invalid per_page %q: must be a non-negative integer", s)
+		if err != nil || n < 0 || n > structs.MaxPerPage {
+			return nil, structs.ErrInvalid("invalid per_page %q: must be an integer from 0 to %d", s, structs.MaxPerPage)
 		}
 		q.PerPage = int32(n)
 	}

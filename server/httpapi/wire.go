@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -152,6 +153,14 @@ func (h *handler) decodeBody(w http.ResponseWriter, r *http.Request, out any) er
 	if r.ContentLength > h.maxBody {
 		return tooLarge(h.maxBody)
 	}
+	// The whole body must arrive within the bound; the deadline is lifted
+	// after it so a long answer (a blocking write) is not cut off. A
+	// ResponseWriter that cannot set deadlines (a test recorder) reads
+	// without one.
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(h.bodyTTL)); err == nil {
+		defer rc.SetReadDeadline(time.Time{})
+	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, h.maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(out); err != nil {
@@ -180,10 +189,15 @@ func (h *handler) bodyError(err error) error {
 		syntax  *json.SyntaxError
 		typeErr *json.UnmarshalTypeError
 	)
-	var reason string
+	var (
+		reason  string
+		timeout net.Error
+	)
 	switch {
 	case errors.As(err, &tooBig):
 		return tooLarge(h.maxBody)
+	case errors.As(err, &timeout) && timeout.Timeout():
+		return structs.ErrInvalid("request body not received within %s", h.bodyTTL)
 	case errors.Is(err, io.EOF):
 		reason = "the body is empty"
 	case errors.Is(err, io.ErrUnexpectedEOF):

@@ -190,6 +190,9 @@ func Node(id string, plugins ...*structs.CSIInfo) *structs.Node {
 		if n.CSINodePlugins == nil {
 			n.CSINodePlugins = map[string]*structs.CSIInfo{}
 		}
+		// Each node holds a storage node ID of its own.
+		p = p.Copy()
+		p.NodeInfo.ID = "ext-" + id
 		n.CSINodePlugins[p.PluginID] = p
 	}
 	return n
