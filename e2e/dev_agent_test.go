@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +32,7 @@ type devAgent struct {
 	exitErr  error // set before done is closed
 	dataDir  string
 	httpAddr string
+	rpcAddr  string
 }
 
 // outputBuffer collects a process's output while the test reads it.
@@ -53,8 +53,8 @@ func (b *outputBuffer) String() string {
 	return b.buf.String()
 }
 
-// devAgentHTTP is the line the agent prints once its server listens.
-var devAgentHTTP = regexp.MustCompile(`volplane agent started: .*, HTTP (http://127\.0\.0\.1:[0-9]+)`)
+// devAgentStarted is the line the agent prints once its server listens.
+var devAgentStarted = regexp.MustCompile(`volplane agent started: .*, RPC (127\.0\.0\.1:[0-9]+), HTTP (http://127\.0\.0\.1:[0-9]+)`)
 
 // startDevAgent starts a dev agent on dataDir (prepare, when set, runs on
 // it first) and returns as soon as the agent printed the address it
@@ -97,38 +97,27 @@ func startDevAgent(t *testing.T, dataDir string) *devAgent {
 			t.Fatalf("e2e: the dev agent exited while starting: %v\n%s", a.exitErr, a.out.String())
 		default:
 		}
-		m := devAgentHTTP.FindStringSubmatch(a.out.String())
+		m := devAgentStarted.FindStringSubmatch(a.out.String())
 		if m == nil {
-			return false, errors.New("the dev agent has not printed its HTTP address")
+			return false, errors.New("the dev agent has not printed its addresses")
 		}
-		a.httpAddr = m[1]
+		a.rpcAddr, a.httpAddr = m[1], m[2]
 		return true, nil
 	})
 	return a
 }
 
-// cli runs the volplane CLI against the agent and returns its result.
-func (a *devAgent) cli(t *testing.T, args ...string) CLIResult {
+// The agent is the Server the harness's CLI runs against.
+var _ Server = (*devAgent)(nil)
+
+func (a *devAgent) Name() string     { return "dev" }
+func (a *devAgent) HTTPAddr() string { return a.httpAddr }
+func (a *devAgent) RPCAddr() string  { return a.rpcAddr }
+
+// cli runs `volplane <command> -address=<the agent> args...`.
+func (a *devAgent) cli(t *testing.T, command string, args ...string) CLIResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
-	defer cancel()
-	argv := append([]string{args[0], args[1], "-address=" + a.httpAddr}, args[2:]...)
-	cmd := exec.CommandContext(ctx, volplaneBin, argv...)
-	cmd.Env = cliEnv()
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	res := CLIResult{Args: argv, Stdout: stdout.String(), Stderr: stderr.String()}
-	var exitErr *exec.ExitError
-	switch {
-	case ctx.Err() != nil:
-		t.Fatalf("e2e: volplane %s did not finish within %s: %s", strings.Join(argv, " "), cliTimeout, res)
-	case errors.As(err, &exitErr):
-		res.Code = exitErr.ExitCode()
-	case err != nil:
-		t.Fatalf("e2e: running volplane %s: %v", strings.Join(argv, " "), err)
-	}
-	return res
+	return (&ProcessCluster{bin: volplaneBin}).CLI(t, a, command, args...)
 }
 
 // interrupt sends SIGINT, as Ctrl-C does, and waits for the agent to exit;
@@ -181,7 +170,7 @@ func TestE2E_DevAgentWritesRightAfterStart(t *testing.T) {
 			must.NoError(t, devplugin.SetFault(stateDir, "Probe", devplugin.Fault{NotReady: true, Times: 1}))
 		}
 		a := startDevAgent(t, dataDir)
-		res := a.cli(t, "volume", "create", spec)
+		res := a.cli(t, "volume create", spec)
 		must.Zero(t, res.Code, must.Sprintf("round %d: %s", round, res))
 		must.StrContains(t, res.Stdout, `Created volume "scratch"`)
 		a.interrupt(t)
@@ -195,10 +184,10 @@ func TestE2E_DevAgentInterruptStopsAllocations(t *testing.T) {
 	t.Parallel()
 	a := startDevAgent(t, t.TempDir())
 	for _, id := range []string{"vol[0]", "vol[1]", "vol[2]"} {
-		res := a.cli(t, "volume", "create", writeDevVolumeSpec(t, id))
+		res := a.cli(t, "volume create", writeDevVolumeSpec(t, id))
 		must.Zero(t, res.Code, must.Sprint(res))
 	}
-	res := a.cli(t, "job", "run", "-detach", filepath.Join("..", "examples", "job-per-alloc.hcl"))
+	res := a.cli(t, "job run", "-detach", filepath.Join("..", "examples", "job-per-alloc.hcl"))
 	must.Zero(t, res.Code, must.Sprint(res))
 	testutil.WaitForResult(t, leaderTimeout, func() (bool, error) {
 		var allocs []*structs.Allocation
