@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,30 +25,12 @@ import (
 // dir in the test's temp dir so that what it leaves behind can be looked at.
 type devAgent struct {
 	cmd      *exec.Cmd
-	out      *outputBuffer
+	out      *testutil.Buffer
 	done     chan struct{}
 	exitErr  error // set before done is closed
 	dataDir  string
 	httpAddr string
 	rpcAddr  string
-}
-
-// outputBuffer collects a process's output while the test reads it.
-type outputBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *outputBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *outputBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // devAgentStarted is the line the agent prints once its server listens.
@@ -68,7 +48,7 @@ func startDevAgent(t *testing.T, dataDir string) *devAgent {
 	if buildErr != nil {
 		t.Fatalf("e2e: %v", buildErr)
 	}
-	a := &devAgent{out: &outputBuffer{}, done: make(chan struct{}), dataDir: dataDir}
+	a := &devAgent{out: &testutil.Buffer{}, done: make(chan struct{}), dataDir: dataDir}
 	a.cmd = exec.Command(volplaneBin, "agent", "-dev", "-http-port", "0", "-rpc-port", "0",
 		"-data-dir", dataDir, "-log-level", "debug")
 	a.cmd.Stdout, a.cmd.Stderr = a.out, a.out

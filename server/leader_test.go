@@ -1,12 +1,10 @@
 package server
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,7 +72,7 @@ func TestLeader_SetupFailingTransfersLeadership(t *testing.T) {
 	var (
 		failing atomic.Value // the name of the server whose setup fails
 		tries   atomic.Int32
-		logs    lockedBuffer
+		logs    testutil.Buffer
 	)
 	failing.Store("")
 	servers := TestCluster(t, 3, func(i int, c *Config) {
@@ -112,22 +110,4 @@ func TestLeader_SetupFailingTransfersLeadership(t *testing.T) {
 	leader = WaitForLeader(t, servers...)
 	must.NotEq(t, bad, leader, must.Sprint("the server whose setup fails does not lead"))
 	must.False(t, bad.isLeaderReady(), must.Sprint("the failing server never finished a setup"))
-}
-
-// lockedBuffer is a log output that tests read while servers write.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
