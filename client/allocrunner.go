@@ -47,6 +47,9 @@ type allocManager struct {
 	// (a damaged state file): a runner built for the allocation later
 	// takes them over, so a published volume is not published again.
 	orphans map[string]*allocBundle
+	// draining is set once the agent stops every allocation before it
+	// exits (DrainAllocations): no allocation is started after that.
+	draining bool
 }
 
 // newAllocManager opens the state file and rebuilds the runners of the
@@ -177,6 +180,10 @@ func (m *allocManager) reconcile(ctx context.Context, reply *structs.NodeClientA
 				// must not go on using volumes detached from the node.
 				stops[r] = "the servers marked the allocation lost (" + a.ClientDescription + ")"
 			}
+			continue
+		}
+		if m.draining {
+			// Left pending: the agent is on its way out.
 			continue
 		}
 		if a.Terminal() {

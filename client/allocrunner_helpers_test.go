@@ -99,19 +99,50 @@ func (e *allocEnv) createVolume(srv *server.Server, id string) string {
 	vol := testutil.CSIVolume("dev")
 	vol.ID, vol.Name, vol.ExternalID, vol.Parameters = id, id, "", nil
 	vol.MountOptions = &structs.CSIMountOptions{FSType: "ext4"}
-	var resp structs.CSIVolumeCreateResponse
 	// A client's plugin can be healthy a moment before the servers can
-	// call it back: retryable errors are retried.
-	testutil.WaitForResult(e.t, 10*time.Second, func() (bool, error) {
-		resp = structs.CSIVolumeCreateResponse{}
+	// call it back: retryable errors are retried. So are the errors of a
+	// change of leader; a create whose registration was committed all the
+	// same is not sent again (a create of a registered volume is an update
+	// of it, which would need its external ID).
+	var ext string
+	retryWrite(e.t, "creating volume "+id, func() error {
+		var got structs.CSIVolumeGetResponse
+		if err := srv.RPC("CSIVolume.Get", &structs.CSIVolumeGetRequest{ID: id}, &got); err != nil {
+			return err
+		}
+		if got.Volume != nil {
+			ext = got.Volume.ExternalID
+			return nil
+		}
+		var resp structs.CSIVolumeCreateResponse
 		err := srv.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{vol}}, &resp)
-		if err != nil && structs.CodeOf(err) != structs.ErrCodeRetryable {
-			e.t.Fatalf("creating volume %s: %v", id, err)
+		if err == nil {
+			must.Len(e.t, 1, resp.Volumes)
+			ext = resp.Volumes[0].ExternalID
+		}
+		return err
+	})
+	return ext
+}
+
+// retryWrite makes an idempotent write (call), trying it again for as long
+// as it fails in a way the cluster gets over. Under load the leadership of
+// a test cluster can change hands at any moment, and a write that meets the
+// change fails with "no leader" (nothing was committed) or an internal
+// "leadership lost while committing" (it may have been): both are tried
+// again, as the client's own claims are (claimRetryable). Any other error
+// fails the test at once.
+func retryWrite(t *testing.T, what string, call func() error) {
+	t.Helper()
+	testutil.WaitForResult(t, 30*time.Second, func() (bool, error) {
+		err := call()
+		switch structs.CodeOf(err) {
+		case "", structs.ErrCodeRetryable, structs.ErrCodeNoLeader, structs.ErrCodeInternal:
+		default:
+			t.Fatalf("%s: %v", what, err)
 		}
 		return err == nil, err
 	})
-	must.Len(e.t, 1, resp.Volumes)
-	return resp.Volumes[0].ExternalID
 }
 
 // taskScript writes the allocation's name to "hello" in its volume, then
@@ -143,7 +174,10 @@ func writerJob(id string, count int, source string, perAlloc bool, script string
 
 func registerJob(t *testing.T, srv *server.Server, job *structs.Job) {
 	t.Helper()
-	must.NoError(t, srv.RPC("Job.Register", &structs.JobRegisterRequest{Job: job}, &structs.JobRegisterResponse{}))
+	// Registering the same job again changes nothing.
+	retryWrite(t, "registering job "+job.ID, func() error {
+		return srv.RPC("Job.Register", &structs.JobRegisterRequest{Job: job}, &structs.JobRegisterResponse{})
+	})
 }
 
 // waitAllocs waits until the job has n allocations that pass check, and
@@ -258,21 +292,7 @@ func finishTask(t *testing.T, c *Client, allocID string) {
 // when it shuts down, as it should, and the test must not.
 func killTasksUnder(t *testing.T, dir string) {
 	t.Helper()
-	find := func() []int {
-		entries, _ := os.ReadDir("/proc")
-		var pids []int
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == os.Getpid() {
-				continue
-			}
-			cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
-			if err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) && !isZombie(pid) {
-				pids = append(pids, pid)
-			}
-		}
-		return pids
-	}
+	find := func() []int { return processesUnder(dir) }
 	killed := find()
 	for _, pid := range killed {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
@@ -289,4 +309,23 @@ func killTasksUnder(t *testing.T, dir string) {
 		}
 		return true, nil
 	})
+}
+
+// processesUnder returns the live processes (zombies aside) whose working
+// directory is under dir: the tasks and shims of a client whose data dir
+// it is.
+func processesUnder(dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) && !isZombie(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }

@@ -58,9 +58,16 @@ func TestAllocRunner_PerAllocAndClientRestart(t *testing.T) {
 		must.Eq(t, a.NodeID, claim.NodeID)
 		claimed[volID] = claim
 	}
-	for _, method := range []string{"ControllerPublishVolume", "NodeStageVolume", "NodePublishVolume"} {
-		must.Eq(t, map[string]int{extIDs[0]: 1, extIDs[1]: 1, extIDs[2]: 1}, countCalls(t, e.stateDir, method, extIDs...),
-			must.Sprintf("one %s per volume", method))
+	// Each volume was staged and published once. A claim whose publish
+	// context met a change of leader is taken again, and its controller
+	// publish repeated (an idempotent call the plugin answers alike), so that
+	// count is only at least one; what matters is that the restart below
+	// adds none.
+	oneEach := map[string]int{extIDs[0]: 1, extIDs[1]: 1, extIDs[2]: 1}
+	published := countCalls(t, e.stateDir, "ControllerPublishVolume", extIDs...)
+	must.MapContainsKeys(t, published, extIDs, must.Sprint("every volume was controller published"))
+	for _, method := range []string{"NodeStageVolume", "NodePublishVolume"} {
+		must.Eq(t, oneEach, countCalls(t, e.stateDir, method, extIDs...), must.Sprintf("one %s per volume", method))
 	}
 
 	// Restart the client that runs the most allocations.
@@ -92,9 +99,10 @@ func TestAllocRunner_PerAllocAndClientRestart(t *testing.T) {
 		}
 		return true, nil
 	})
-	for _, method := range []string{"ControllerPublishVolume", "NodeStageVolume", "NodePublishVolume"} {
-		must.Eq(t, map[string]int{extIDs[0]: 1, extIDs[1]: 1, extIDs[2]: 1}, countCalls(t, e.stateDir, method, extIDs...),
-			must.Sprintf("no second %s after the restart", method))
+	must.Eq(t, published, countCalls(t, e.stateDir, "ControllerPublishVolume", extIDs...),
+		must.Sprint("no controller publish after the restart"))
+	for _, method := range []string{"NodeStageVolume", "NodePublishVolume"} {
+		must.Eq(t, oneEach, countCalls(t, e.stateDir, method, extIDs...), must.Sprintf("no second %s after the restart", method))
 	}
 	for volID, before := range claimed {
 		vol, err := leader.State().CSIVolumeByID(nil, structs.DefaultNamespace, volID)
@@ -112,7 +120,9 @@ func TestAllocRunner_PerAllocAndClientRestart(t *testing.T) {
 	// release every volume from the nodes and the controller. Each client
 	// forgets all but its latest finished allocation.
 	clients[victim] = restarted
-	must.NoError(t, leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "web"}, &structs.JobDeregisterResponse{}))
+	retryWrite(t, "stopping job web", func() error {
+		return leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "web"}, &structs.JobDeregisterResponse{})
+	})
 	testutil.WaitForResult(t, 30*time.Second, func() (bool, error) {
 		for _, c := range clients {
 			ids := c.AllocIDs()
@@ -134,15 +144,26 @@ func TestAllocRunner_PerAllocAndClientRestart(t *testing.T) {
 				return false, fmt.Errorf("volume %s is still claimed", volID)
 			}
 		}
+		// Every allocation ends, a replacement placed for the one that
+		// completed included: its client reports it stopped before it
+		// started.
+		all, err := leader.State().AllocsByJob(nil, structs.DefaultNamespace, "web")
+		if err != nil {
+			return false, err
+		}
+		for _, a := range all {
+			if !a.ClientTerminal() {
+				return false, fmt.Errorf("allocation %s is %s", a.Name, a.ClientStatus)
+			}
+		}
 		return true, nil
 	})
-	all, err := leader.State().AllocsByJob(nil, structs.DefaultNamespace, "web")
-	must.NoError(t, err)
-	for _, a := range all {
-		must.True(t, a.ClientTerminal(), must.Sprintf("allocation %s is %s", a.Name, a.ClientStatus))
-	}
+	// The release ran in the CSI order. A step whose checkpoint met a
+	// change of leader is repeated (idempotent calls the plugin answers
+	// alike), so repeats in a row count as one.
 	for _, ext := range extIDs {
-		got := methodsFor(t, e.stateDir, ext)
+		got := slices.Compact(methodsFor(t, e.stateDir, ext))
+		must.GreaterEq(t, 3, len(got), must.Sprintf("calls of %s: %v", ext, got))
 		must.Eq(t, []string{"NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"}, got[len(got)-3:])
 	}
 }

@@ -137,7 +137,8 @@ func (c *Client) Servers() (all []string, current string) {
 // The node is not deregistered: the servers mark it down once its
 // heartbeats stop, and it comes back when the agent restarts. The
 // allocations' tasks keep running and their volumes stay published: the
-// next start of the agent takes them over from its state file.
+// next start of the agent takes them over from its state file. An agent
+// that exits for good (the dev agent) calls DrainAllocations first.
 func (c *Client) Shutdown() error {
 	c.shutdownOnce.Do(func() {
 		c.logger.Info("client shutting down")

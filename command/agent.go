@@ -57,8 +57,9 @@ Usage: volplane agent [options]
   -data-dir=DIR           Where the node ID, Raft log and snapshots live.
   -bind=IP                The address the HTTP and RPC listeners bind to
                           (default 127.0.0.1).
-  -http-port=N            HTTP API port (default 4646).
-  -rpc-port=N             RPC and Raft port (default 4647).
+  -http-port=N            HTTP API port (default 4646; 0 picks a free
+                          port, printed once bound).
+  -rpc-port=N             RPC and Raft port (default 4647; 0 as above).
   -advertise=HOST:PORT    The RPC address other agents dial (default: the
                           bind address and RPC port).
   -bootstrap-expect=N     Form a cluster once N servers have met.
@@ -95,6 +96,7 @@ func (c *AgentCommand) Run(args []string) int {
 	}
 	dataDir := cfg.DataDir
 	var srv *server.Server
+	var writesReady chan struct{}
 	if dev || cfg.Server.Enabled {
 		srvCfg, cleanup, err := c.serverConfig(cfg, dev)
 		if err != nil {
@@ -105,6 +107,11 @@ func (c *AgentCommand) Run(args []string) int {
 		srvCfg.Logger = logger
 		srvCfg.TLS = tlsCfg
 		dataDir = srvCfg.DataDir
+		if dev {
+			// Writes wait for the agent's own client (see devWritesReady).
+			writesReady = make(chan struct{})
+			srvCfg.HTTPWritesReady = writesReady
+		}
 		if srv, err = server.NewServer(srvCfg); err != nil {
 			c.UI.Error("Error starting agent: " + err.Error())
 			return 1
@@ -128,12 +135,20 @@ func (c *AgentCommand) Run(args []string) int {
 		c.UI.Output(fmt.Sprintf("volplane client started: node %s, servers %s", cl.client.NodeID(), strings.Join(servers, ",")))
 	}
 	if dev {
+		defer devWritesReady(srv, cl.client, writesReady)()
 		c.UI.Output(`Development mode: a single server, a client and the development CSI plugin "dev", whose state is discarded on exit.`)
 	}
 
 	waitForShutdown(c.ShutdownCh, c.ReloadCh, func() { reloadTLS(tlsCfg, c.configFile, cfg, logger) })
 	c.UI.Output("Shutting down")
 	code := 0
+	if dev {
+		// Nothing the dev agent started may outlive it (see drainDev).
+		if err := cl.drainDev(c.UI, c.ShutdownCh == nil); err != nil {
+			c.UI.Error("Error stopping the allocations: " + err.Error())
+			code = 1
+		}
+	}
 	// The client first, so its last calls still find its server.
 	if err := cl.Shutdown(); err != nil {
 		c.UI.Error("Error during shutdown: " + err.Error())
@@ -242,10 +257,10 @@ func (c *AgentCommand) parse(args []string) (*AgentConfig, bool, error) {
 		cfg.Advert.RPC = advertise
 	}
 	if set["http-port"] {
-		cfg.Ports.HTTP = httpPort
+		cfg.Ports.HTTP = &httpPort
 	}
 	if set["rpc-port"] {
-		cfg.Ports.RPC = rpcPort
+		cfg.Ports.RPC = &rpcPort
 	}
 	if set["bootstrap-expect"] {
 		cfg.Server.BootstrapExpect = expect
@@ -283,12 +298,13 @@ func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, f
 	if bind == "" {
 		bind = "127.0.0.1"
 	}
+	// Only an unset port is defaulted: 0 is "any free port".
 	httpPort, rpcPort := defaultHTTPPort, defaultRPCPort
-	if a.Ports.HTTP > 0 {
-		httpPort = a.Ports.HTTP
+	if a.Ports.HTTP != nil {
+		httpPort = *a.Ports.HTTP
 	}
-	if a.Ports.RPC > 0 {
-		rpcPort = a.Ports.RPC
+	if a.Ports.RPC != nil {
+		rpcPort = *a.Ports.RPC
 	}
 	cfg.HTTPAddr = net.JoinHostPort(bind, strconv.Itoa(httpPort))
 	cfg.RPCAddr = net.JoinHostPort(bind, strconv.Itoa(rpcPort))

@@ -1,15 +1,21 @@
 package command
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
 
+	"github.com/hashicorp/cli"
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-memdb"
 
 	"github.com/volplane/volplane/client"
 	"github.com/volplane/volplane/plugins/csi/devplugin"
@@ -169,6 +175,39 @@ func (a *clientAgent) Shutdown() error {
 	return err
 }
 
+// The dev agent's drain on exit is bounded by devDrainTimeout; of that, the
+// servers have devReleaseWait to release the stopped allocations' volumes
+// before the client detaches what is left itself.
+const (
+	devDrainTimeout = time.Minute
+	devReleaseWait  = 15 * time.Second
+)
+
+// drainDev stops the dev agent's allocations and releases their volumes
+// before it exits (client.DrainAllocations): its data dir goes with it, so
+// no later start could take them over, and their tasks would go on running
+// with their volumes deleted under them. With signals, a second SIGINT or
+// SIGTERM gives the drain up.
+func (a *clientAgent) drainDev(ui cli.Ui, signals bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), devDrainTimeout)
+	defer cancel()
+	if signals {
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		defer signal.Stop(sigs)
+		go func() {
+			select {
+			case <-sigs:
+				ui.Output("Second signal: exiting without waiting for the allocations to stop")
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	ui.Output("Stopping the allocations and releasing their volumes (interrupt again to skip)")
+	return a.client.DrainAllocations(ctx, devReleaseWait)
+}
+
 // clientConfig turns the agent configuration into the client's. dataDir
 // is the agent's data dir (with -dev, the server's temporary one); srv is
 // the server running in the same process, or nil.
@@ -265,3 +304,43 @@ func startDevPlugin(dataDir string, logger hclog.Logger) (*devplugin.Plugin, err
 	}
 	return p, nil
 }
+
+// devWritesReady closes ready, which holds the dev agent's API writes, once
+// its own client has registered and the servers count the development
+// plugin on the client's node healthy, as controller and as node: the first
+// write a script sends (a volume create) then finds the plugin. Without the
+// wait, writes held until the election would race the client's
+// registration. It watches the state rather than polling, and returns a
+// func that stops it (ready is closed then too) and waits for it.
+func devWritesReady(srv *server.Server, cl *client.Client, ready chan<- struct{}) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(ready)
+		select {
+		case <-cl.Registered():
+		case <-ctx.Done():
+			return
+		}
+		for {
+			st := srv.State()
+			ws := memdb.NewWatchSet()
+			// A snapshot restore replaces the store.
+			ws.Add(st.AbandonCh())
+			p, err := st.CSIPluginByID(ws, devPluginID)
+			if err == nil && p != nil && healthy(p.Controllers[cl.NodeID()]) && healthy(p.Nodes[cl.NodeID()]) {
+				return
+			}
+			if ws.WatchCtx(ctx) != nil {
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+func healthy(info *structs.CSIInfo) bool { return info != nil && info.Healthy }

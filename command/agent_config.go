@@ -31,10 +31,11 @@ type AgentConfig struct {
 	Limits   *LimitsBlock  `hcl:"limits,block"`
 }
 
-// PortsConfig are the agent's ports.
+// PortsConfig are the agent's ports. Nil is unset (the default port);
+// 0 asks for any free port, which the agent prints once bound.
 type PortsConfig struct {
-	HTTP int `hcl:"http,optional"`
-	RPC  int `hcl:"rpc,optional"`
+	HTTP *int `hcl:"http,optional"`
+	RPC  *int `hcl:"rpc,optional"`
 }
 
 // AdvertConfig is the address other agents reach this one at.
@@ -127,9 +128,9 @@ func diagString(diags hcl.Diagnostics, src []byte) string {
 
 func (c *AgentConfig) validate() error {
 	if c.Ports != nil {
-		for name, p := range map[string]int{"http": c.Ports.HTTP, "rpc": c.Ports.RPC} {
-			if p < 0 || p > 65535 {
-				return fmt.Errorf("ports.%s = %d is not a port number", name, p)
+		for name, p := range map[string]*int{"http": c.Ports.HTTP, "rpc": c.Ports.RPC} {
+			if p != nil && (*p < 0 || *p > 65535) {
+				return fmt.Errorf("ports.%s = %d is not a port number", name, *p)
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package command
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -51,6 +52,39 @@ server {
 	srv, _, err = c.serverConfig(cfg, false)
 	must.NoError(t, err)
 	must.Eq(t, []string{"10.0.0.6:4647", "10.0.0.7:5647"}, srv.RetryJoin, must.Sprint("a join address without a port gets the RPC port"))
+}
+
+// Port 0 is "any free port", from a flag or the file; only a port left
+// unset gets the default.
+func TestAgentConfig_PortZero(t *testing.T) {
+	c := &AgentCommand{UI: cli.NewMockUi()}
+	addrs := func(args ...string) (string, string) {
+		t.Helper()
+		cfg, dev, err := c.parse(args)
+		must.NoError(t, err)
+		srv, cleanup, err := c.serverConfig(cfg, dev)
+		must.NoError(t, err)
+		cleanup()
+		return srv.HTTPAddr, srv.RPCAddr
+	}
+	http, rpc := addrs("-dev", "-http-port", "0", "-rpc-port", "0")
+	must.Eq(t, "127.0.0.1:0", http)
+	must.Eq(t, "127.0.0.1:0", rpc)
+
+	http, rpc = addrs("-dev")
+	must.Eq(t, "127.0.0.1:4646", http, must.Sprint("unset is the default port"))
+	must.Eq(t, "127.0.0.1:4647", rpc)
+
+	file := filepath.Join(t.TempDir(), "agent.hcl")
+	must.NoError(t, os.WriteFile(file, []byte("ports {\n  http = 0\n}\n"), 0o600))
+	http, rpc = addrs("-dev", "-config", file)
+	must.Eq(t, "127.0.0.1:0", http, must.Sprint("0 in the file is any free port"))
+	must.Eq(t, "127.0.0.1:4647", rpc, must.Sprint("a port the file leaves unset is the default"))
+	http, _ = addrs("-dev", "-config", file, "-http-port", "5646")
+	must.Eq(t, "127.0.0.1:5646", http, must.Sprint("the flag overrides the file"))
+
+	_, _, err := c.parse([]string{"-dev", "-rpc-port", "-1"})
+	must.ErrorContains(t, err, "ports.rpc = -1 is not a port number")
 }
 
 func TestAgentConfig_HeartbeatTimings(t *testing.T) {
@@ -128,5 +162,10 @@ func TestAgentCommand_DevRunsAndStops(t *testing.T) {
 	go func() { done <- c.Run([]string{"-dev", "-http-port", "0", "-rpc-port", "0", "-log-level", "error"}) }()
 	close(stop)
 	must.Eq(t, 0, <-done)
-	must.StrContains(t, ui.OutputWriter.String(), "Development mode")
+	out := ui.OutputWriter.String()
+	must.StrContains(t, out, "Development mode")
+	// The ports printed are the ones bound, not 0 nor the defaults.
+	must.RegexMatch(t, regexp.MustCompile(`RPC 127\.0\.0\.1:[1-9][0-9]*, HTTP http://127\.0\.0\.1:[1-9][0-9]*`), out)
+	must.StrNotContains(t, out, ":4646")
+	must.StrNotContains(t, out, ":4647")
 }

@@ -21,8 +21,9 @@ func (c *NodeStatusCommand) Help() string {
 Usage: volplane node status [options] [id]
 
   Without an ID, lists the client nodes with their status, the CSI plugins
-  they run and their last heartbeat. With an ID (or a unique prefix of one),
-  shows the node in detail with the health of each of its plugins.
+  they run and their last heartbeat. With an ID (or a unique prefix of one,
+  or the node's name), shows the node in detail with the health of each of
+  its plugins.
 `, `
 Status Options:
 
@@ -56,18 +57,19 @@ func (c *NodeStatusCommand) Run(args []string) int {
 	}, args)
 }
 
-// lookupNode finds a node by ID or unique ID prefix.
+// lookupNode finds a node by ID, unique ID prefix or name.
 func lookupNode(client *api.Client, id string) (*structs.Node, error) {
-	return lookup("nodes", id,
+	return lookupNamed("nodes", id,
 		func(id string) (*structs.Node, error) {
 			n, _, err := client.Nodes().Info(id, nil)
 			return n, err
 		},
-		func(prefix string) ([]*structs.NodeListStub, error) {
-			stubs, _, err := client.Nodes().List(&api.QueryOptions{Prefix: prefix})
+		func() ([]*structs.NodeListStub, error) {
+			stubs, _, err := client.Nodes().List(nil)
 			return stubs, err
 		},
-		func(s *structs.NodeListStub) string { return s.ID })
+		func(s *structs.NodeListStub) string { return s.ID },
+		func(s *structs.NodeListStub) string { return s.Name })
 }
 
 func formatNode(n *structs.Node, verbose bool) string {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/volplane/volplane/api"
 	"github.com/volplane/volplane/spec"
 	"github.com/volplane/volplane/structs"
 )
@@ -131,6 +132,9 @@ Usage: volplane volume detach [options] <volume> <node>
   backoff: node unpublish (skipped when the node is down or gone), then
   controller unpublish, then the claim is freed. Prints each step. A claim
   whose allocation still runs on a ready node is refused.
+
+  The volume is its ID or a unique prefix of one; the node is its ID, a
+  unique prefix of one (as "node status" prints it) or its name.
 `, "", FlagSetClient|FlagSetNamespace)
 }
 
@@ -146,13 +150,31 @@ func (c *VolumeDetachCommand) Run(args []string) int {
 	if err != nil {
 		return c.Fail("creating client", err)
 	}
-	steps, err := client.Volumes().Detach(f.Arg(0), f.Arg(1), c.WriteOptions())
+	volID, nodeID := f.Arg(0), f.Arg(1)
+	// Found as the status commands find them. An ID nothing matches goes
+	// to the server as typed: a node gone from the state may still have
+	// claims to release, and the server says what it does not know.
+	vol, err := (&VolumeStatusCommand{Meta: c.Meta}).lookupVolume(client, volID)
+	switch {
+	case err == nil:
+		volID = vol.ID
+	case !api.IsNotFound(err):
+		return c.Fail("querying volume", err)
+	}
+	node, err := lookupNode(client, nodeID)
+	switch {
+	case err == nil:
+		nodeID = node.ID
+	case !api.IsNotFound(err):
+		return c.Fail("querying node", err)
+	}
+	steps, err := client.Volumes().Detach(volID, nodeID, c.WriteOptions())
 	for _, s := range steps {
 		c.Ui.Output(s)
 	}
 	if err != nil {
 		return c.Fail("detaching volume", err)
 	}
-	c.Ui.Output(fmt.Sprintf("Volume %q detached from node %q", f.Arg(0), f.Arg(1)))
+	c.Ui.Output(fmt.Sprintf("Volume %q detached from node %q", volID, nodeID))
 	return 0
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -194,21 +193,7 @@ func waitLatestLog(t *testing.T, path, want string) string {
 // with its process group, and waits until they are gone.
 func killTasksUnder(t *testing.T, dir string) {
 	t.Helper()
-	find := func() []int {
-		entries, _ := os.ReadDir("/proc")
-		var pids []int
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
-			if err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) {
-				pids = append(pids, pid)
-			}
-		}
-		return pids
-	}
+	find := func() []int { return processesUnder(dir) }
 	for _, pid := range find() {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		_ = syscall.Kill(pid, syscall.SIGKILL)

@@ -1,6 +1,10 @@
 package server
 
 import (
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -244,5 +248,84 @@ func TestServer_ShutdownDoesNotWaitForForwardedBlockingQuery(t *testing.T) {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		t.Fatal("shutdown waited for the forwarded blocking query")
+	}
+}
+
+// A blocking query for an index beyond the current one blocks for its wait,
+// on the leader, through a follower that forwards it, and on a follower
+// that answers stale; an index far beyond (the largest there is) included.
+func TestServer_BlockingQueryIndexBeyondCurrent(t *testing.T) {
+	servers := TestCluster(t, 3, nil)
+	leader := WaitForLeader(t, servers...)
+	f := followers(servers, leader)[0]
+	var list structs.CSIVolumeListResponse
+	must.NoError(t, leader.RPC("CSIVolume.List", &structs.CSIVolumeListRequest{}, &list))
+
+	client := rpc.NewPool(rpc.PoolConfig{Logger: hclog.NewNullLogger()})
+	t.Cleanup(func() { client.Close() })
+	const wait = 300 * time.Millisecond // as the URLs below say
+	type query struct {
+		name  string
+		s     *Server
+		index uint64
+		stale bool
+	}
+	var queries []query
+	for _, index := range []uint64{list.Index + 1, list.Index + 1000, math.MaxUint64} {
+		queries = append(queries,
+			query{"leader", leader, index, false},
+			query{"forwarded by a follower", f, index, false},
+			query{"stale on a follower", f, index, true})
+	}
+	errs := make(chan error, len(queries)+4)
+	for _, q := range queries {
+		go func() {
+			req := &structs.CSIVolumeListRequest{}
+			req.MinQueryIndex, req.MaxQueryTime, req.AllowStale = q.index, wait, q.stale
+			var resp structs.CSIVolumeListResponse
+			start := time.Now()
+			err := client.RPC(q.s.RPCAddr(), "CSIVolume.List", req, &resp)
+			took := time.Since(start)
+			switch {
+			case err != nil:
+				errs <- fmt.Errorf("%s, index %d: %v", q.name, q.index, err)
+			case took < wait:
+				errs <- fmt.Errorf("%s, index %d: answered after %s, before the %s wait", q.name, q.index, took, wait)
+			case resp.Index != list.Index:
+				errs <- fmt.Errorf("%s, index %d: answered index %d, want the current %d", q.name, q.index, resp.Index, list.Index)
+			default:
+				errs <- nil
+			}
+		}()
+	}
+	// And through the HTTP API, as `curl ...?index=...&wait=` asks.
+	urls := []string{
+		"http://" + leader.HTTPAddr() + "/v1/volumes?index=18446744073709551615&wait=300ms",
+		"http://" + f.HTTPAddr() + "/v1/volumes?index=18446744073709551615&wait=300ms",
+		"http://" + f.HTTPAddr() + "/v1/volumes?index=18446744073709551615&wait=300ms&stale",
+		"http://" + f.HTTPAddr() + "/v1/volume/csi/missing?index=18446744073709551615&wait=300ms",
+	}
+	for _, u := range urls {
+		go func() {
+			start := time.Now()
+			resp, err := http.Get(u)
+			took := time.Since(start)
+			if err != nil {
+				errs <- err
+				return
+			}
+			resp.Body.Close()
+			switch index := resp.Header.Get("X-Nomad-Index"); {
+			case took < wait:
+				errs <- fmt.Errorf("%s: answered %s after %s, before the %s wait", u, resp.Status, took, wait)
+			case index != strconv.FormatUint(list.Index, 10):
+				errs <- fmt.Errorf("%s: X-Nomad-Index %q, want the current %d", u, index, list.Index)
+			default:
+				errs <- nil
+			}
+		}()
+	}
+	for range len(queries) + len(urls) {
+		must.NoError(t, <-errs)
 	}
 }

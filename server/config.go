@@ -33,6 +33,10 @@ type Config struct {
 	RPCAdvertise string
 	// HTTPAddr is where the HTTP API binds; empty disables it.
 	HTTPAddr string
+	// HTTPWritesReady, when set, holds the HTTP API's writes until it is
+	// closed, for a bounded time (see httpapi.Config.WritesReady); the dev
+	// agent closes it once its own client has registered.
+	HTTPWritesReady <-chan struct{}
 
 	// BootstrapExpect is the number of servers to wait for before forming a
 	// cluster; 1 bootstraps alone. 0 means join an existing cluster only.
@@ -111,6 +115,15 @@ type Config struct {
 	HTTPBodyTimeout time.Duration
 
 	Logger hclog.Logger
+
+	// leaderSetupHook, when set (tests), runs after the barrier of each
+	// attempt to set up leadership, numbered from 1; an error fails the
+	// attempt as a failed barrier does.
+	leaderSetupHook func(attempt int) error
+	// leaderSetupRetryMin, leaderSetupRetryMax and leaderSetupMaxAttempts,
+	// when set (tests), replace the constants of the same names.
+	leaderSetupRetryMin, leaderSetupRetryMax time.Duration
+	leaderSetupMaxAttempts                   int
 }
 
 // DefaultConfig returns the production defaults.

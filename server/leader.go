@@ -1,7 +1,9 @@
 package server
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -10,6 +12,17 @@ import (
 // barrierTimeout bounds the barrier a new leader applies before it serves
 // consistent reads.
 const barrierTimeout = 30 * time.Second
+
+// A new leader that cannot set up its leadership (the barrier fails) tries
+// again after a pause that starts at leaderSetupRetryMin and doubles up to
+// leaderSetupRetryMax. After leaderSetupMaxAttempts failures in a row it
+// hands leadership to another server, which may fare better; when no
+// other server can take it (a single server), it goes on trying.
+const (
+	leaderSetupRetryMin    = 250 * time.Millisecond
+	leaderSetupRetryMax    = 5 * time.Second
+	leaderSetupMaxAttempts = 5
+)
 
 // monitorLeadership turns Raft's leadership notifications into starting and
 // stopping the leader's own work.
@@ -30,7 +43,12 @@ func (s *Server) monitorLeadership() {
 }
 
 // establishLeadership waits until every entry committed by earlier leaders
-// is applied here, then starts the leader-only loops.
+// is applied here, then starts the leader-only loops. Until then the server
+// counts as leader for Raft but serves no consistent read and runs none of
+// the leader's work, so a setup that fails is retried with backoff and,
+// past a bound, leadership is handed over (see setupLeadershipWithRetry):
+// a leader that only logged its failure would lead the cluster while doing
+// none of its work.
 func (s *Server) establishLeadership() {
 	s.leaderMu.Lock()
 	if s.leaderDone != nil {
@@ -45,14 +63,8 @@ func (s *Server) establishLeadership() {
 	s.leaderWG.Add(1)
 	go func() {
 		defer s.leaderWG.Done()
-		if err := s.raft.Barrier(barrierTimeout).Error(); err != nil {
-			s.logger.Error("barrier after acquiring leadership failed; stepping back", "error", err)
+		if !s.setupLeadershipWithRetry(done) {
 			return
-		}
-		select {
-		case <-done:
-			return
-		default:
 		}
 		s.leaderMu.Lock()
 		s.leaderReady = true
@@ -70,6 +82,78 @@ func (s *Server) establishLeadership() {
 		}()
 		s.leaderLoop(done)
 	}()
+}
+
+// setupLeadershipWithRetry runs setupLeadership until it succeeds, and
+// reports whether it did while this server still leads. Each failure is
+// followed by a pause with backoff; from the leaderSetupMaxAttempts-th on,
+// it first tries to hand leadership to another server, and stops once one
+// took it. It gives up when leadership ends (done) or the server shuts
+// down.
+func (s *Server) setupLeadershipWithRetry(done <-chan struct{}) bool {
+	maxAttempts := cmp.Or(s.config.leaderSetupMaxAttempts, leaderSetupMaxAttempts)
+	delay := cmp.Or(s.config.leaderSetupRetryMin, leaderSetupRetryMin)
+	maxDelay := max(cmp.Or(s.config.leaderSetupRetryMax, leaderSetupRetryMax), delay)
+	for attempt := 1; ; attempt++ {
+		err := s.setupLeadership(attempt)
+		select {
+		case <-done:
+			return false
+		case <-s.shutdownCtx.Done():
+			return false
+		default:
+		}
+		if err == nil {
+			if attempt > 1 {
+				s.logger.Info("leadership established after failed attempts", "attempts", attempt)
+			}
+			return true
+		}
+		if s.raft.State() != raft.Leader {
+			// Raft stepped down already: the notification that follows
+			// ends this leadership.
+			s.logger.Warn("setting up leadership failed after raft stepped down", "error", err)
+			return false
+		}
+		log := s.logger.With("attempt", attempt, "error", err)
+		if attempt >= maxAttempts {
+			log.Error("setting up leadership keeps failing; transferring leadership to another server")
+			terr := s.raft.LeadershipTransfer().Error()
+			if terr == nil {
+				// Raft's notification that this server no longer leads
+				// ends this leadership (closes done).
+				s.logger.Info("leadership transferred after the setup failed", "attempts", attempt)
+				return false
+			}
+			log.Error("transferring leadership failed; retrying the setup", "transfer_error", terr, "retry_in", delay)
+		} else {
+			log.Warn("setting up leadership failed; retrying", "retry_in", delay)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-done:
+			t.Stop()
+			return false
+		case <-s.shutdownCtx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		delay = min(delay*2, maxDelay)
+	}
+}
+
+// setupLeadership is what a new leader must finish before it serves
+// consistent reads and runs the leader's loops: a barrier, so that every
+// entry committed by earlier leaders is applied here.
+func (s *Server) setupLeadership(attempt int) error {
+	if err := s.raft.Barrier(barrierTimeout).Error(); err != nil {
+		return fmt.Errorf("barrier: %w", err)
+	}
+	if s.config.leaderSetupHook != nil {
+		return s.config.leaderSetupHook(attempt)
+	}
+	return nil
 }
 
 // leaderContext returns a context that ends when leadership ends (done is

@@ -250,6 +250,7 @@ func (s *Server) setupHTTP() error {
 			ShutdownCh:  s.shutdownCtx.Done(),
 			Metrics:     metrics.Handler(),
 			BodyTimeout: s.config.HTTPBodyTimeout,
+			WritesReady: s.config.HTTPWritesReady,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Idle keep-alive connections count against the per-client limit.

@@ -25,9 +25,14 @@ func TestConfig(t testing.TB) *Config {
 	cfg.RetryJoinInterval = 100 * time.Millisecond
 	cfg.RPCHoldTimeout = 5 * time.Second
 	rc := raft.DefaultConfig()
-	rc.HeartbeatTimeout = 100 * time.Millisecond
-	rc.ElectionTimeout = 100 * time.Millisecond
-	rc.LeaderLeaseTimeout = 50 * time.Millisecond
+	// Half of raft's defaults: quick enough to elect and fail over in a
+	// test, slow enough that a loaded 2-core machine running -race does
+	// not take a scheduling stall for a dead leader. At 100/100/50 ms,
+	// leaders stepped down mid-test ("failed to contact quorum") after
+	// 65-120 ms stalls, failing writes with "leadership lost".
+	rc.HeartbeatTimeout = 500 * time.Millisecond
+	rc.ElectionTimeout = 500 * time.Millisecond
+	rc.LeaderLeaseTimeout = 250 * time.Millisecond
 	rc.CommitTimeout = 5 * time.Millisecond
 	cfg.RaftConfig = rc
 	cfg.RaftTimeout = 2 * time.Second

@@ -92,10 +92,23 @@ type Config struct {
 	// byte at a time cannot hold a connection and a handler forever; 0
 	// means DefaultBodyTimeout.
 	BodyTimeout time.Duration
+
+	// WritesReady, when set, holds every write (a request of any method
+	// but GET and HEAD) until it is closed, for at most WritesReadyTimeout
+	// (DefaultWritesReadyTimeout when 0); then the write goes ahead and
+	// succeeds or fails on its own. The dev agent closes it once its own
+	// client has registered, so that a script that starts the agent and
+	// creates a volume at once finds the client's plugin. Reads are never
+	// held.
+	WritesReady        <-chan struct{}
+	WritesReadyTimeout time.Duration
 }
 
 // DefaultBodyTimeout is the body read bound when Config.BodyTimeout is 0.
 const DefaultBodyTimeout = 30 * time.Second
+
+// DefaultWritesReadyTimeout bounds how long a write waits for WritesReady.
+const DefaultWritesReadyTimeout = 30 * time.Second
 
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is 0.
 const DefaultMaxBodyBytes int64 = 4 << 20
@@ -120,6 +133,9 @@ type handler struct {
 	heartbeat      time.Duration
 	shutdownCh     <-chan struct{}
 	metricsHandler http.Handler
+
+	writesReady        <-chan struct{}
+	writesReadyTimeout time.Duration
 }
 
 // NewHandler returns the HTTP API served over cfg.Backend. It panics when
@@ -139,6 +155,9 @@ func NewHandler(cfg Config) http.Handler {
 		heartbeat:      cfg.EventHeartbeat,
 		shutdownCh:     cfg.ShutdownCh,
 		metricsHandler: cfg.Metrics,
+
+		writesReady:        cfg.WritesReady,
+		writesReadyTimeout: cfg.WritesReadyTimeout,
 	}
 	if h.logger == nil {
 		h.logger = hclog.NewNullLogger()
@@ -152,6 +171,9 @@ func NewHandler(cfg Config) http.Handler {
 	}
 	if h.bodyTTL <= 0 {
 		h.bodyTTL = DefaultBodyTimeout
+	}
+	if h.writesReadyTimeout <= 0 {
+		h.writesReadyTimeout = DefaultWritesReadyTimeout
 	}
 	h.routes()
 	return h
@@ -229,7 +251,33 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.logger.Debug("request", "method", r.Method, "path", r.URL.Path,
 			"status", rec.code(), "duration", time.Since(start))
 	}()
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		h.waitWritesReady(r)
+	}
 	h.mux.ServeHTTP(rec, r)
+}
+
+// waitWritesReady holds a write until WritesReady is closed, the wait is
+// over or the caller goes away (the write then fails on its own context).
+func (h *handler) waitWritesReady(r *http.Request) {
+	if h.writesReady == nil {
+		return
+	}
+	select {
+	case <-h.writesReady:
+		return
+	default:
+	}
+	t := time.NewTimer(h.writesReadyTimeout)
+	defer t.Stop()
+	select {
+	case <-h.writesReady:
+	case <-r.Context().Done():
+	case <-h.shutdownCh:
+	case <-t.C:
+		h.logger.Warn("the agent is not ready for writes yet; serving the write anyway", "method", r.Method,
+			"path", r.URL.Path, "waited", h.writesReadyTimeout)
+	}
 }
 
 func (h *handler) wrap(fn endpoint) http.HandlerFunc {
