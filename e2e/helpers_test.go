@@ -226,9 +226,13 @@ func tableRows(out string) [][]string {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	var rows [][]string
 	for _, l := range lines[1:] {
-		if f := strings.Fields(l); len(f) > 0 {
-			rows = append(rows, f)
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			// The table ends at the first blank line; a note may follow
+			// (the cluster's security, under node status and list-peers).
+			break
 		}
+		rows = append(rows, f)
 	}
 	return rows
 }
