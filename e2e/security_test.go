@@ -470,8 +470,6 @@ func presentedSerial(addr string, cfg *tls.Config) (string, error) {
 	return tc.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
 }
 
-
-
 // certSerial is the serial number of the PEM certificate at path.
 func certSerial(t *testing.T, path string) string {
 	t.Helper()
