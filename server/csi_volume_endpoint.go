@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -91,16 +92,7 @@ func (e *CSIVolume) prepareRegister(snap *state.StateSnapshot, in *structs.CSIVo
 	if plugin.ControllerRequired {
 		// The storage provider must know the volume and support its
 		// capabilities before volplane promises them to workloads.
-		err := e.srv.RPC("ClientCSI.ControllerValidateVolume", &structs.ClientCSIControllerValidateVolumeRequest{
-			PluginID:      vol.PluginID,
-			VolumeID:      vol.RemoteID(),
-			Capabilities:  vol.RequestedCapabilities,
-			MountOptions:  vol.MountOptions,
-			Secrets:       vol.Secrets,
-			Parameters:    vol.Parameters,
-			VolumeContext: vol.Context,
-		}, &structs.ClientCSIEmptyResponse{})
-		if err != nil {
+		if err := e.validateInPlugin(vol); err != nil {
 			return nil, structs.Wrap(err, "volume %q", vol.ID)
 		}
 	}
@@ -123,6 +115,27 @@ func (e *CSIVolume) prepareRegister(snap *state.StateSnapshot, in *structs.CSIVo
 	}
 	clearDerived(vol)
 	return vol, nil
+}
+
+// validateInPlugin asks a controller whether the volume exists with its
+// capabilities, holding the volume's lock (one operation per volume).
+func (e *CSIVolume) validateInPlugin(vol *structs.CSIVolume) error {
+	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.ClientRPCTimeout)
+	defer cancel()
+	unlock, err := e.srv.volumeWatcher.Lock(ctx, vol.Namespace, vol.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return e.srv.clientRPC.ControllerValidateVolume(ctx, &structs.ClientCSIControllerValidateVolumeRequest{
+		PluginID:      vol.PluginID,
+		VolumeID:      vol.RemoteID(),
+		Capabilities:  vol.RequestedCapabilities,
+		MountOptions:  vol.MountOptions,
+		Secrets:       vol.Secrets,
+		Parameters:    vol.Parameters,
+		VolumeContext: vol.Context,
+	})
 }
 
 // clearDerived zeroes the fields that are computed on read, so they never

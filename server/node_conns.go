@@ -119,5 +119,7 @@ func (s *Server) serveConn(conn net.Conn) {
 		}
 		s.sessions.mu.Unlock()
 	}
-	srv.ServeCodec(rpc.NewServerCodec(conn, s.config.MaxRequestBytes))
+	// A call for a client agent forwarded here ends when the server that
+	// forwarded it stops waiting (see clientrpc.Calls).
+	srv.ServeCodec(s.calls.ServerCodec(rpc.NewServerCodec(conn, s.config.MaxRequestBytes)))
 }

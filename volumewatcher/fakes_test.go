@@ -201,14 +201,14 @@ func (b *fakeBackend) overlaps() []string {
 
 func (b *fakeBackend) State() State { return countingState{b.store, b} }
 
-func (b *fakeBackend) NodeDetach(req *structs.ClientCSINodeDetachVolumeRequest) error {
+func (b *fakeBackend) NodeDetach(_ context.Context, req *structs.ClientCSINodeDetachVolumeRequest) error {
 	b.mu.Lock()
 	b.nodeReqs = append(b.nodeReqs, req)
 	b.mu.Unlock()
 	return b.call(callNode, req.VolumeID, req.NodeID, fmt.Sprintf("%s %s on %s", callNode, req.AllocID, req.NodeID))
 }
 
-func (b *fakeBackend) ControllerDetach(req *structs.ClientCSIControllerDetachVolumeRequest) error {
+func (b *fakeBackend) ControllerDetach(_ context.Context, req *structs.ClientCSIControllerDetachVolumeRequest) error {
 	b.mu.Lock()
 	b.ctrlReqs = append(b.ctrlReqs, req)
 	b.mu.Unlock()
@@ -258,11 +258,19 @@ func (b *fakeBackend) call(kind, volume, node, desc string) error {
 // CSIVolumeClaimRequest, at the next index.
 func (b *fakeBackend) Checkpoint(namespace, volumeID string, claim *structs.CSIVolumeClaim, now time.Time) error {
 	c := claim.Copy() // what crosses Raft is a copy
+	var prev *structs.CSIVolumeClaim
+	if v, _ := b.store.CSIVolumeByID(nil, namespace, volumeID); v != nil {
+		prev = v.PastClaims[c.AllocationID]
+	}
 	err := b.store.CSIVolumeClaim(b.nextIndex(), now.UnixNano(), namespace, volumeID, c)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	desc := fmt.Sprintf("%s %s", c.AllocationID, c.State)
-	if c.Attempts > 0 {
+	switch {
+	case c.Attempts > 0 && prev != nil && prev.State == c.State && prev.Attempts == c.Attempts:
+		// The start of a retry, stamped with the time it may last.
+		desc += fmt.Sprintf(" retrying after attempt %d", c.Attempts)
+	case c.Attempts > 0:
 		desc += fmt.Sprintf(" attempt %d", c.Attempts)
 	}
 	if c.Note != "" {

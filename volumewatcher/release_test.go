@@ -288,7 +288,7 @@ func TestWatcher_Release(t *testing.T) {
 					name:        "second attempt",
 					do:          advanceToNext("a1", 0),
 					calls:       []string{failed(nodeCall("a1", "client"))},
-					checkpoints: []string{"a1 unpublishing attempt 2"},
+					checkpoints: []string{"a1 unpublishing retrying after attempt 1", "a1 unpublishing attempt 2"},
 					check: func(t *testing.T, h *harness) {
 						h.mustBackoff("a1", structs.CSIVolumeClaimStateUnpublishing, 2, 2*time.Second, "node detach: node plugin is restarting")
 					},
@@ -303,11 +303,12 @@ func TestWatcher_Release(t *testing.T) {
 				},
 				{name: "just before the fourth", do: advanceToNext("a1", time.Nanosecond)},
 				{
-					name:        "fourth attempt succeeds",
-					do:          advanceToNext("a1", 0),
-					calls:       []string{nodeCall("a1", "client"), ctrlCall("client")},
-					checkpoints: releasedCheckpoints("a1", ""),
-					check:       freed("a1"),
+					name:  "fourth attempt succeeds",
+					do:    advanceToNext("a1", 0),
+					calls: []string{nodeCall("a1", "client"), ctrlCall("client")},
+					checkpoints: append([]string{"a1 unpublishing retrying after attempt 3"},
+						releasedCheckpoints("a1", "")...),
+					check: freed("a1"),
 				},
 			},
 		},
@@ -545,10 +546,11 @@ func TestWatcher_Release(t *testing.T) {
 					},
 				},
 				{
-					do:          advanceToNext("a1", 0),
-					calls:       []string{ctrlCall("client")},
-					checkpoints: releasedCheckpoints("a1", "")[1:],
-					check:       freed("a1"),
+					do:    advanceToNext("a1", 0),
+					calls: []string{ctrlCall("client")},
+					checkpoints: append([]string{"a1 node-detached retrying after attempt 2"},
+						releasedCheckpoints("a1", "")[1:]...),
+					check: freed("a1"),
 				},
 			},
 		})
