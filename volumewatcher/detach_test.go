@@ -17,7 +17,7 @@ import (
 // shown by their labels.
 func (h *harness) detach(node string) ([]string, error) {
 	h.t.Helper()
-	steps, err := h.w.Detach(context.Background(), h.vol.Namespace, h.vol.ID, h.nodes[node].ID, time.Second)
+	steps, err := h.w.Detach(context.Background(), h.vol.Namespace, h.vol.ID, h.nodes[node].ID, 10*time.Second)
 	h.backend.mu.Lock()
 	defer h.backend.mu.Unlock()
 	for i, s := range steps {
@@ -151,7 +151,7 @@ func TestWatcher_Detach(t *testing.T) {
 
 		inCall, release := make(chan struct{}), make(chan struct{})
 		var first sync.Once
-		h.backend.setDuring(func(kind string) {
+		h.backend.setDuring(func(_ context.Context, kind string) {
 			// Only the detach's node call blocks: a worker's call running
 			// alongside it is recorded as an overlap and fails the test.
 			first.Do(func() {
@@ -211,7 +211,7 @@ func TestWatcher_Process(t *testing.T) {
 		h.writer("a1", "client")
 		h.complete("a1")
 		h.w = New(Config{Backend: h.backend, Clock: h.clock})
-		h.backend.setDuring(func(kind string) {
+		h.backend.setDuring(func(_ context.Context, kind string) {
 			if err := h.store.CSIVolumeDeregister(h.backend.nextIndex(), h.vol.Namespace, []string{h.vol.ID}, true); err != nil {
 				t.Errorf("force-deregistering during the %s: %v", kind, err)
 			}
