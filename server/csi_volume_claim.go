@@ -65,15 +65,14 @@ func (e *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 	}
 
 	// The claim's write, its publish and the write of the publish context
-	// are one operation on the volume, within the bound of a claim's
-	// calls.
-	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.CSICallTimeout)
-	defer cancel()
-	unlock, err := e.srv.volumeWatcher.Lock(ctx, ns, vol.ID)
+	// are one operation on the volume.
+	unlock, err := e.srv.lockVolume(ns, vol.ID)
 	if err != nil {
 		return structs.Wrap(err, "allocation %q", claim.AllocationID)
 	}
 	defer unlock()
+	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.CSICallTimeout)
+	defer cancel()
 
 	args.Claim = claim
 	args.Timestamp = structs.NowNano()

@@ -119,13 +119,13 @@ func (e *CSIVolume) prepareCreate(snap *state.StateSnapshot, in *structs.CSIVolu
 	}
 	// The plugin call is an operation on the volume: it waits for any
 	// other in flight (a concurrent create of the same ID).
-	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.ClientRPCTimeout)
-	defer cancel()
-	unlock, err := e.srv.volumeWatcher.Lock(ctx, vol.Namespace, vol.ID)
+	unlock, err := e.srv.lockVolume(vol.Namespace, vol.ID)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
+	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.ClientRPCTimeout)
+	defer cancel()
 	resp, err := e.srv.clientRPC.ControllerCreateVolume(ctx, &structs.ClientCSIControllerCreateVolumeRequest{
 		PluginID:            vol.PluginID,
 		Name:                vol.Name,
@@ -178,17 +178,17 @@ func (e *CSIVolume) Delete(args *structs.CSIVolumeDeleteRequest, reply *structs.
 		return structs.ErrInvalid("missing volume IDs")
 	}
 	ns := args.RequestNamespace()
-	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.ClientRPCTimeout)
-	defer cancel()
 	// In one order, so that two deletes of the same volumes cannot each
 	// hold the lock the other waits for.
 	for _, id := range slices.Compact(slices.Sorted(slices.Values(args.VolumeIDs))) {
-		unlock, err := e.srv.volumeWatcher.Lock(ctx, ns, id)
+		unlock, err := e.srv.lockVolume(ns, id)
 		if err != nil {
 			return err
 		}
 		defer unlock()
 	}
+	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.ClientRPCTimeout)
+	defer cancel()
 	st := e.srv.State()
 	var vols []*structs.CSIVolume
 	for _, id := range args.VolumeIDs {

@@ -120,13 +120,13 @@ func (e *CSIVolume) prepareRegister(snap *state.StateSnapshot, in *structs.CSIVo
 // validateInPlugin asks a controller whether the volume exists with its
 // capabilities, holding the volume's lock (one operation per volume).
 func (e *CSIVolume) validateInPlugin(vol *structs.CSIVolume) error {
-	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.ClientRPCTimeout)
-	defer cancel()
-	unlock, err := e.srv.volumeWatcher.Lock(ctx, vol.Namespace, vol.ID)
+	unlock, err := e.srv.lockVolume(vol.Namespace, vol.ID)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.ClientRPCTimeout)
+	defer cancel()
 	return e.srv.clientRPC.ControllerValidateVolume(ctx, &structs.ClientCSIControllerValidateVolumeRequest{
 		PluginID:      vol.PluginID,
 		VolumeID:      vol.RemoteID(),

@@ -30,6 +30,17 @@ func (b watcherBackend) Checkpoint(namespace, volumeID string, claim *structs.CS
 	return err
 }
 
+// lockVolume takes the volume's lock for an operation that calls its
+// plugin (see volumewatcher.Watcher.Lock). The wait is bounded by twice the
+// deadline of one call: the holder is a release step or another claim,
+// whose calls end by then; a caller told to retry (ErrCodeRetryable) does
+// so later, as clients do with their claims.
+func (s *Server) lockVolume(namespace, volumeID string) (func(), error) {
+	ctx, cancel := context.WithTimeout(s.shutdownCtx, 2*s.config.CSICallTimeout)
+	defer cancel()
+	return s.volumeWatcher.Lock(ctx, namespace, volumeID)
+}
+
 // runVolumeWatcher releases claims while this server leads.
 func (s *Server) runVolumeWatcher(done <-chan struct{}) {
 	ctx, cancel := s.leaderContext(done)
