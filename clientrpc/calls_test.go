@@ -171,9 +171,15 @@ func TestCalls_AgentCallEndsWithItsCaller(t *testing.T) {
 		must.Greater(t, time.Minute, left, must.Sprint("without a deadline of its own, the caller waits the client timeout"))
 		cancel()
 		must.ErrorIs(t, waitEnded(t, ep, 5*time.Second), context.Canceled, must.Sprint("the stream's end cancels the plugin call"))
+		// The caller hears of its cancellation, or the agent's answer if it
+		// came first: either is retryable.
 		err := <-errc
 		must.Eq(t, structs.ErrCodeRetryable, structs.CodeOf(err))
-		must.ErrorIs(t, err, context.Canceled, must.Sprint("the cause is kept"))
+		if rpc.IsConnError(errors.Unwrap(err)) {
+			must.ErrorIs(t, err, context.Canceled, must.Sprint("the cause is kept"))
+		} else {
+			must.StrContains(t, structs.MessageOf(err), "context canceled")
+		}
 		// The stream's codec forgets a call once its stream ends.
 		testutil.WaitForResult(t, 5*time.Second, func() (bool, error) {
 			return ep.tracked() == 0, fmt.Errorf("%d calls still tracked", ep.tracked())
