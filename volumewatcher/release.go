@@ -313,8 +313,10 @@ func (w *Watcher) Detach(ctx context.Context, namespace, volumeID, nodeID string
 	for {
 		// Watch the volume from before the pass, so that a client's
 		// report landing during it is not missed.
+		st := w.cfg.Backend.State()
 		ws := memdb.NewWatchSet()
-		if _, err := w.cfg.Backend.State().CSIVolumeByID(ws, namespace, volumeID); err != nil {
+		ws.Add(st.AbandonCh())
+		if _, err := st.CSIVolumeByID(ws, namespace, volumeID); err != nil {
 			return steps, err
 		}
 		unlock, err := w.Lock(ctx, namespace, volumeID)
