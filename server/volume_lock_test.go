@@ -3,17 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
-	"net"
-	netrpc "net/rpc"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
 	"github.com/volplane/volplane/clientrpc"
-	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
@@ -94,23 +90,6 @@ func (a *lockingAgent) ControllerValidateVolume(args *structs.ClientCSIControlle
 	return nil
 }
 
-// connectLockingAgent registers node through s, its streams served by ep
-// with contexts, as a client agent serves them.
-func connectLockingAgent(t *testing.T, s *Server, node *structs.Node, ep *lockingAgent) {
-	t.Helper()
-	srv := netrpc.NewServer()
-	must.NoError(t, srv.RegisterName("ClientCSI", ep))
-	pool := rpc.NewPool(rpc.PoolConfig{
-		Logger: hclog.NewNullLogger(),
-		AcceptStreams: func(conn net.Conn) {
-			srv.ServeCodec(ep.calls.ServerCodec(rpc.NewServerCodec(conn, 0)))
-		},
-	})
-	t.Cleanup(func() { pool.Close() })
-	var resp structs.NodeUpdateResponse
-	must.NoError(t, pool.RPC(s.RPCAddr(), "Node.Register", &structs.NodeRegisterRequest{Node: node}, &resp))
-}
-
 // A claim's controller publish is one operation on the volume: it waits
 // for the release step in flight on the same volume (a controller
 // unpublish that hangs) instead of running alongside it, and runs once that
@@ -132,7 +111,7 @@ func TestClaim_PublishWaitsForTheVolumesUnpublish(t *testing.T) {
 		ep := &lockingAgent{calls: clientrpc.NewCalls(context.Background()), seen: seen, hangOnce: &hangOnce, hangStart: make(chan struct{})}
 		nodes[n.ID] = n
 		agents = append(agents, ep)
-		connectLockingAgent(t, s, n, ep)
+		connectAgentServing(t, s, n, ep, ep.calls)
 	}
 	registerVolume(t, s, namedVolume("shared"))
 	req := &structs.VolumeRequest{Source: "shared", ReadOnly: true, AccessMode: structs.CSIVolumeAccessModeMultiNodeReader}
