@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/volplane/volplane/structs"
 )
@@ -121,6 +122,27 @@ func ConnRefused(listener, reason string) { connsRefused.WithLabelValues(listene
 
 // RPCRefused counts an RPC call refused to a caller of a certificate role.
 func RPCRefused(method, role string) { rpcRefused.WithLabelValues(method, role).Inc() }
+
+// ReleaseCounts returns the attempts and failures of a release step counted
+// so far by this process (every server in it), as the release counters
+// show them.
+func ReleaseCounts(step string) (attempts, failures float64) {
+	return counterValue(releaseAttempts, step), counterValue(releaseFailures, step)
+}
+
+func counterValue(v *prometheus.CounterVec, label string) float64 {
+	c, err := v.GetMetricWithLabelValues(label)
+	if err != nil {
+		return 0
+	}
+	ch := make(chan prometheus.Metric, 1)
+	c.Collect(ch)
+	var m dto.Metric
+	if err := (<-ch).Write(&m); err != nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
+}
 
 // ObserveClientRPC records a call to a client agent that started at start
 // and ended with *err. It is meant to be deferred with a pointer to the

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/clientrpc"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -81,12 +82,24 @@ func (a *agentEndpoint) count() int {
 // streams from the server are served by ep, as a client agent's are.
 func connectAgent(t *testing.T, s *Server, node *structs.Node, ep *agentEndpoint) *rpc.ConnPool {
 	t.Helper()
+	return connectAgentServing(t, s, node, ep, nil)
+}
+
+// connectAgentServing is connectAgent with any ClientCSI endpoint; with
+// calls set, the streams give the calls their contexts, as a client
+// agent's do.
+func connectAgentServing(t *testing.T, s *Server, node *structs.Node, ep any, calls *clientrpc.Calls) *rpc.ConnPool {
+	t.Helper()
 	srv := netrpc.NewServer()
 	must.NoError(t, srv.RegisterName("ClientCSI", ep))
 	pool := rpc.NewPool(rpc.PoolConfig{
 		Logger: hclog.NewNullLogger(),
 		AcceptStreams: func(conn net.Conn) {
-			srv.ServeCodec(rpc.NewServerCodec(conn, 0))
+			codec := rpc.NewServerCodec(conn, 0)
+			if calls != nil {
+				codec = calls.ServerCodec(codec)
+			}
+			srv.ServeCodec(codec)
 		},
 	})
 	t.Cleanup(func() { pool.Close() })

@@ -153,13 +153,13 @@ func TestControllerCandidates_OnlyIntroduced(t *testing.T) {
 	_, _, err := s.raftApply(structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: old})
 	must.NoError(t, err)
 
-	_, err = s.controllerCandidates("dev")
+	_, err = s.ControllerNodes("dev")
 	must.Eq(t, structs.ErrCodeUnschedulable, structs.CodeOf(err))
 	must.StrContains(t, err.Error(), "never introduced")
 
 	fresh := testutil.NodeWithController("dev")
 	must.NoError(t, register(s, fresh, configIntroSecret))
-	got, err := s.controllerCandidates("dev")
+	got, err := s.ControllerNodes("dev")
 	must.NoError(t, err)
 	must.Eq(t, []string{fresh.ID}, got)
 }

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +38,27 @@ func releaseSetup(t *testing.T, servers []*Server) (*agentEndpoint, *structs.Nod
 	return ep, node, alloc
 }
 
+// stopJob stops a job, as an operator does, and then reports its
+// allocations' tasks stopped, as their client does once it stopped them.
+func stopJob(t *testing.T, s *Server, node *structs.Node, jobID string) {
+	t.Helper()
+	must.NoError(t, s.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: jobID}, &structs.JobDeregisterResponse{}))
+	reportStopped(t, s, node, jobID)
+}
+
+// reportStopped reports every allocation of the job complete, from node.
+func reportStopped(t *testing.T, s *Server, node *structs.Node, jobID string) {
+	t.Helper()
+	allocs, err := s.State().AllocsByJob(nil, structs.DefaultNamespace, jobID)
+	must.NoError(t, err)
+	update := &structs.NodeUpdateAllocRequest{NodeID: node.ID, SecretID: node.SecretID}
+	for _, a := range allocs {
+		update.Allocs = append(update.Allocs, &structs.AllocClientUpdate{ID: a.ID, ClientStatus: structs.AllocClientStatusComplete,
+			ClientDescription: "tasks stopped"})
+	}
+	must.NoError(t, s.RPC("Node.UpdateAlloc", update, &structs.GenericResponse{}))
+}
+
 func fastRelease(i int, c *Config) {
 	c.ReleaseBaseDelay, c.ReleaseMaxDelay = 50*time.Millisecond, 200*time.Millisecond
 }
@@ -59,7 +82,7 @@ func TestRelease_JobStopDetachesNodeThenControllerAndFrees(t *testing.T) {
 	ep, node, _ := releaseSetup(t, servers)
 	leader := WaitForLeader(t, servers...)
 
-	must.NoError(t, leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "holder"}, &structs.JobDeregisterResponse{}))
+	stopJob(t, leader, node, "holder")
 	vol := waitFreed(t, leader, "rel")
 	must.Eq(t, structs.CSIVolumeAccessModeUnknown, vol.AccessMode, must.Sprint("the modes reset once free"))
 
@@ -88,11 +111,11 @@ func TestRelease_JobStopDetachesNodeThenControllerAndFrees(t *testing.T) {
 
 func TestRelease_NodePluginDownThenBack(t *testing.T) {
 	servers := TestCluster(t, 3, fastRelease)
-	ep, _, alloc := releaseSetup(t, servers)
+	ep, node, alloc := releaseSetup(t, servers)
 	leader := WaitForLeader(t, servers...)
 	ep.setFail(structs.ErrCodeRetryable, "node-detach")
 
-	must.NoError(t, leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "holder"}, &structs.JobDeregisterResponse{}))
+	stopJob(t, leader, node, "holder")
 	// Attempts and the last error are visible while the node plugin fails.
 	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
 		v := getVolume(t, leader, "rel", false)
@@ -117,11 +140,11 @@ func TestRelease_NodePluginDownThenBack(t *testing.T) {
 // and the node plugin sees no second unpublish.
 func TestRelease_ResumesAtControllerStepAfterFailover(t *testing.T) {
 	servers := TestCluster(t, 3, fastRelease)
-	ep, _, alloc := releaseSetup(t, servers)
+	ep, node, alloc := releaseSetup(t, servers)
 	leader := WaitForLeader(t, servers...)
 	ep.setFail(structs.ErrCodeRetryable, "controller-detach")
 
-	must.NoError(t, leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "holder"}, &structs.JobDeregisterResponse{}))
+	stopJob(t, leader, node, "holder")
 	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
 		c := getVolume(t, leader, "rel", false).PastClaims[alloc.ID]
 		return c != nil && c.State == structs.CSIVolumeClaimStateNodeDetached && c.Attempts > 0, fmt.Errorf("past claim %+v", c)
@@ -227,8 +250,18 @@ func TestRelease_OperatorDetach(t *testing.T) {
 	_, err = client.Volumes().Detach("rel", node.ID, nil)
 	must.ErrorContains(t, err, "still runs on node")
 
-	ep.setFail(structs.ErrCodeRetryable, "node-detach")
+	// Stopped, and not reported stopped by its client yet: the detach
+	// says it waits for the client (a conflict, not a failure).
 	must.NoError(t, leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "holder"}, &structs.JobDeregisterResponse{}))
+	_, err = client.Volumes().Detach("rel", node.ID, nil)
+	must.ErrorContains(t, err, structs.WaitingForClientNote)
+	var apiErr *api.StatusError
+	must.True(t, errors.As(err, &apiErr))
+	must.Eq(t, http.StatusConflict, apiErr.Code)
+	must.SliceEmpty(t, ep.callsWith("node-detach"), must.Sprint("nothing is unpublished under the tasks"))
+
+	ep.setFail(structs.ErrCodeRetryable, "node-detach")
+	reportStopped(t, leader, node, "holder")
 	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
 		c := getVolume(t, leader, "rel", false).PastClaims[alloc.ID]
 		return c != nil && c.Attempts == 1, fmt.Errorf("past claim %+v", c)
