@@ -310,26 +310,6 @@ func (v *CSIVolume) Claim(c *CSIVolumeClaim) error {
 	return NewError(ErrCodeInvalid, "volume %q: allocation %q: unknown claim state %d", v.ID, c.AllocationID, c.State)
 }
 
-// releaseRank orders the claim states along the release: taken, then
-// unpublishing, node-detached, controller-detached and ready-to-free. The
-// wire numbers cannot be compared directly (unpublishing, the first step,
-// was added last).
-func releaseRank(s CSIVolumeClaimState) int {
-	switch s {
-	case CSIVolumeClaimStateTaken:
-		return 0
-	case CSIVolumeClaimStateUnpublishing:
-		return 1
-	case CSIVolumeClaimStateNodeDetached:
-		return 2
-	case CSIVolumeClaimStateControllerDetached:
-		return 3
-	case CSIVolumeClaimStateReadyToFree:
-		return 4
-	}
-	return -1
-}
-
 // checkCheckpoint applies the rules of a release checkpoint (any state but
 // taken) against the volume as it is now. A release only moves forward: a
 // checkpoint may repeat the state it records (a failed attempt's
@@ -364,7 +344,7 @@ func (v *CSIVolume) checkCheckpoint(c *CSIVolumeClaim) error {
 				v.ID, c.AllocationID, CSIVolumeClaimStateUnpublishing, c.State)
 		}
 	}
-	if releaseRank(c.State) < releaseRank(from) {
+	if c.State.ReleaseOrder() < from.ReleaseOrder() {
 		return NewError(ErrCodeConflict, "volume %q: allocation %q: the release is at %s and cannot go back to %s",
 			v.ID, c.AllocationID, from, c.State)
 	}
