@@ -15,6 +15,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -78,7 +79,7 @@ func registerNodes(t *testing.T, c Cluster, s Server, n int, plugin string) []*s
 	defer pool.Close()
 	var nodes []*structs.Node
 	for range n {
-		node := testutil.Node(plugin)
+		node := mock.Node(plugin)
 		var resp structs.NodeUpdateResponse
 		err := pool.RPC(s.RPCAddr(), "Node.Register", &structs.NodeRegisterRequest{Node: node}, &resp)
 		must.NoError(t, err, must.Sprintf("registering node %s through %s", node.ID, s.Name()))

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -237,7 +238,7 @@ func (a *attacker) clientCertCalls(t *testing.T) {
 func (a *attacker) unintroducedNode(t *testing.T) {
 	s := a.leader(t)
 	p := a.pool(t, a.configurator(t, a.c.tls.client))
-	n := testutil.Node(pluginID)
+	n := mock.Node(pluginID)
 	err := p.RPC(s.RPCAddr(), "Node.Register", &structs.NodeRegisterRequest{Node: n}, &structs.NodeUpdateResponse{})
 	must.Eq(t, structs.ErrCodePermissionDenied, structs.CodeOf(err), must.Sprint(err))
 	must.StrContains(t, err.Error(), "requires a node introduction token")
@@ -249,7 +250,7 @@ func (a *attacker) unintroducedNode(t *testing.T) {
 func (a *attacker) duplicateStorageNode(t *testing.T) {
 	s := a.leader(t)
 	p := a.pool(t, a.configurator(t, a.c.tls.client))
-	n := testutil.Node(pluginID)
+	n := mock.Node(pluginID)
 	// The storage node ID the plugin behind c1 reports.
 	n.CSINodePlugins[pluginID].NodeInfo.ID = "storage-a"
 	err := p.RPC(s.RPCAddr(), "Node.Register", &structs.NodeRegisterRequest{Node: n, IntroToken: introSecret}, &structs.NodeUpdateResponse{})

@@ -12,6 +12,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/volplane/volplane/clientrpc"
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -115,7 +116,7 @@ func TestClientCSI_CallReachesAgentThroughAnotherServer(t *testing.T) {
 	agentServer, caller := f[0], f[1]
 
 	ep := &agentEndpoint{}
-	node := testutil.NodeWithController("dev")
+	node := mock.NodeWithController("dev")
 	connectAgent(t, agentServer, node, ep)
 	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
 		p, err := caller.State().CSIPluginByID(nil, "dev")
@@ -164,8 +165,8 @@ func TestClientCSI_NoPathAndControllerOrder(t *testing.T) {
 	// Two connected agents: one asks to retry, the other serves. Whatever
 	// the order, the call lands on the one that serves.
 	retry, serve := &agentEndpoint{fail: structs.ErrCodeRetryable}, &agentEndpoint{}
-	connectAgent(t, s, testutil.NodeWithController("dev"), retry)
-	good := testutil.NodeWithController("dev")
+	connectAgent(t, s, mock.NodeWithController("dev"), retry)
+	good := mock.NodeWithController("dev")
 	connectAgent(t, s, good, serve)
 
 	var resp structs.ClientCSIControllerAttachVolumeResponse
@@ -207,12 +208,12 @@ func TestCSIVolume_CreateAndDelete(t *testing.T) {
 	s := TestServer(t, nil)
 	WaitForLeader(t, s)
 	ep := &agentEndpoint{}
-	connectAgent(t, s, testutil.NodeWithController("dev"), ep)
+	connectAgent(t, s, mock.NodeWithController("dev"), ep)
 
-	good := testutil.CSIVolume("dev")
+	good := mock.CSIVolume("dev")
 	good.ExternalID = ""
 	good.RequestedCapacityMin = 1 << 30
-	bad := testutil.CSIVolume("nope")
+	bad := mock.CSIVolume("nope")
 	var resp structs.CSIVolumeCreateResponse
 	err := s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{good, bad}}, &resp)
 	must.Error(t, err, must.Sprint("the volume of an unknown plugin fails"))
@@ -228,7 +229,7 @@ func TestCSIVolume_CreateAndDelete(t *testing.T) {
 	must.Nil(t, getVolume(t, s, bad.ID, false))
 
 	// Without failures the reply carries the created volume, sanitized.
-	more := testutil.CSIVolume("dev")
+	more := mock.CSIVolume("dev")
 	must.NoError(t, s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{more}}, &resp))
 	must.Len(t, 1, resp.Volumes)
 	must.Nil(t, resp.Volumes[0].Secrets)
@@ -248,7 +249,7 @@ func TestCSIVolume_CreateAndDelete(t *testing.T) {
 	must.Eq(t, structs.ErrCodeNotFound, structs.CodeOf(err))
 
 	// The plugin failing the delete leaves the volume registered.
-	vol := testutil.CSIVolume("dev")
+	vol := mock.CSIVolume("dev")
 	registerVolume(t, s, vol)
 	ep.fail = structs.ErrCodeInternal
 	err = s.RPC("CSIVolume.Delete", &structs.CSIVolumeDeleteRequest{VolumeIDs: []string{vol.ID}}, &del)

@@ -11,6 +11,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/volplane/volplane/api"
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
@@ -21,7 +22,7 @@ import (
 func releaseSetup(t *testing.T, servers []*Server) (*agentEndpoint, *structs.Node, *structs.Allocation) {
 	t.Helper()
 	leader := WaitForLeader(t, servers...)
-	node := testutil.NodeWithController("dev")
+	node := mock.NodeWithController("dev")
 	ep := &agentEndpoint{}
 	connectAgent(t, followers(servers, leader)[0], node, ep)
 	registerVolume(t, leader, namedVolume("rel"))
@@ -178,13 +179,13 @@ func TestRelease_NodeDownSkipsNodeStep(t *testing.T) {
 	// plugin's controller, so the job can be placed only on the claim's
 	// node, whose agent answers nothing and which heartbeats until it is
 	// killed.
-	ctrl := testutil.NodeWithController("dev")
+	ctrl := mock.NodeWithController("dev")
 	delete(ctrl.CSINodePlugins, "dev")
 	ep := &agentEndpoint{}
 	connectAgent(t, leader, ctrl, ep)
 	keepAlive(t, leader, ctrl)
 
-	silent := testutil.Node("dev")
+	silent := mock.Node("dev")
 	silent.CSINodePlugins["dev"].RequiresControllerPlugin = true
 	var resp structs.NodeUpdateResponse
 	must.NoError(t, leader.RPC("Node.Register", &structs.NodeRegisterRequest{Node: silent}, &resp))

@@ -10,6 +10,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/volplane/volplane/clientrpc"
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
@@ -107,7 +108,7 @@ func TestClaim_PublishWaitsForTheVolumesUnpublish(t *testing.T) {
 	var agents []*lockingAgent
 	var hangOnce sync.Once
 	for range 2 {
-		n := testutil.NodeWithController("dev")
+		n := mock.NodeWithController("dev")
 		ep := &lockingAgent{calls: clientrpc.NewCalls(context.Background()), seen: seen, hangOnce: &hangOnce, hangStart: make(chan struct{})}
 		nodes[n.ID] = n
 		agents = append(agents, ep)

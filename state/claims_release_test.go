@@ -7,8 +7,8 @@ import (
 	"github.com/hashicorp/go-memdb"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
-	"github.com/volplane/volplane/testutil"
 )
 
 // claimSetup registers a node, a volume and a job whose allocation holds a
@@ -16,9 +16,9 @@ import (
 func claimSetup(t *testing.T) (*StateStore, *structs.Node, *structs.CSIVolume, *structs.Allocation) {
 	t.Helper()
 	s := TestStateStore(t)
-	node := testutil.NodeWithController("dev")
+	node := mock.NodeWithController("dev")
 	must.NoError(t, s.UpsertNode(10, node))
-	vol := testutil.CSIVolume("dev")
+	vol := mock.CSIVolume("dev")
 	must.NoError(t, s.UpsertCSIVolume(11, []*structs.CSIVolume{vol}))
 	job := testJob("web")
 	job.TaskGroups[0].Count = 1
@@ -63,7 +63,7 @@ func TestRelease_TerminalAllocReleasesItsClaims(t *testing.T) {
 	ws = memdb.NewWatchSet()
 	_, err = s.CSIVolumesWithPastClaims(ws)
 	must.NoError(t, err)
-	must.NoError(t, s.UpsertCSIVolume(17, []*structs.CSIVolume{testutil.CSIVolume("dev")}))
+	must.NoError(t, s.UpsertCSIVolume(17, []*structs.CSIVolume{mock.CSIVolume("dev")}))
 	must.True(t, ws.Watch(time.After(50*time.Millisecond)), must.Sprint("an unrelated volume woke the watcher"))
 
 	past := pastClaim(t, s, vol)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
@@ -118,7 +119,7 @@ func TestWatcher_Detach(t *testing.T) {
 	t.Run("only the claims on the given node", func(t *testing.T) {
 		h := newHarness(t)
 		withController(h)
-		h.addNode("client2", testutil.Node("dev"))
+		h.addNode("client2", mock.Node("dev"))
 		h.reader("a1", "client")
 		h.reader("a2", "client2")
 		h.complete("a1", "a2")

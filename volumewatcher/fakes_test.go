@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-memdb"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/state"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -378,7 +379,7 @@ func (h *harness) addNode(label string, n *structs.Node) *structs.Node {
 // addVolume registers a volume of plugin "dev".
 func (h *harness) addVolume() *structs.CSIVolume {
 	h.t.Helper()
-	v := testutil.CSIVolume("dev")
+	v := mock.CSIVolume("dev")
 	must.NoError(h.t, h.store.UpsertCSIVolume(h.backend.nextIndex(), []*structs.CSIVolume{v}))
 	h.vol = v
 	return v

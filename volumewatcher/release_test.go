@@ -9,8 +9,8 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
-	"github.com/volplane/volplane/testutil"
 )
 
 // A step of a release scenario: something happens (do), the watcher
@@ -65,8 +65,8 @@ var (
 // attach/detach) and a node instance, and a node running only a node
 // instance, where the allocations run.
 func withController(h *harness) {
-	h.addNode("ctrl", testutil.NodeWithController("dev"))
-	h.addNode("client", testutil.Node("dev"))
+	h.addNode("ctrl", mock.NodeWithController("dev"))
+	h.addNode("client", mock.Node("dev"))
 	h.addVolume()
 }
 
@@ -241,7 +241,7 @@ func TestWatcher_Release(t *testing.T) {
 		{
 			name: "controller not required: node detach only, freed",
 			setup: func(t *testing.T, h *harness) {
-				h.addNode("client", testutil.Node("dev"))
+				h.addNode("client", mock.Node("dev"))
 				h.addVolume()
 				h.writer("a1", "client")
 				h.complete("a1")
@@ -255,7 +255,7 @@ func TestWatcher_Release(t *testing.T) {
 		{
 			name: "controller without attach/detach: node detach only, freed",
 			setup: func(t *testing.T, h *harness) {
-				n := testutil.NodeWithController("dev")
+				n := mock.NodeWithController("dev")
 				n.CSIControllerPlugins["dev"].ControllerInfo.SupportsAttachDetach = false
 				h.addNode("client", n)
 				h.addVolume()
@@ -318,7 +318,7 @@ func TestWatcher_Release(t *testing.T) {
 			name: "a live allocation on another node does not hold the controller step",
 			setup: func(t *testing.T, h *harness) {
 				withController(h)
-				h.addNode("client2", testutil.Node("dev"))
+				h.addNode("client2", mock.Node("dev"))
 				h.reader("a1", "client")
 				h.reader("a2", "client2")
 				h.complete("a1")
@@ -401,7 +401,7 @@ func TestWatcher_Release(t *testing.T) {
 			name: "a failing node does not hold back the release of another claim of the volume",
 			setup: func(t *testing.T, h *harness) {
 				withController(h)
-				h.addNode("client2", testutil.Node("dev"))
+				h.addNode("client2", mock.Node("dev"))
 				h.reader("a1", "client")
 				h.reader("a2", "client2")
 				h.complete("a1", "a2")
@@ -484,7 +484,7 @@ func TestWatcher_Release(t *testing.T) {
 			name: "a write that only changes bookkeeping neither wakes the volume early nor resets its backoff",
 			setup: func(t *testing.T, h *harness) {
 				withController(h)
-				h.addNode("client2", testutil.Node("dev"))
+				h.addNode("client2", mock.Node("dev"))
 				h.reader("a1", "client")
 				h.reader("a2", "client2")
 				h.complete("a1", "a2")
