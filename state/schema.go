@@ -19,6 +19,7 @@ const (
 	TableAllocs     = "allocs"
 	TableJobs       = "jobs"
 	TableNodeIntro  = "node_intro_tokens"
+	TableRootKeys   = "root_keys"
 	TableIndex      = "index"
 )
 
@@ -43,6 +44,7 @@ var schemaFuncs = []func() *memdb.TableSchema{
 	allocsTableSchema,
 	jobsTableSchema,
 	nodeIntroTableSchema,
+	rootKeysTableSchema,
 }
 
 // schema returns the memdb schema of the whole store.
@@ -61,7 +63,7 @@ func schema() *memdb.DBSchema {
 // Tables returns the names of every table whose changes are tracked in the
 // index table, for callers that wait on "anything".
 func Tables() []string {
-	return []string{TableNodes, TableCSIVolumes, TableCSIPlugins, TableAllocs, TableJobs, TableNodeIntro}
+	return []string{TableNodes, TableCSIVolumes, TableCSIPlugins, TableAllocs, TableJobs, TableNodeIntro, TableRootKeys}
 }
 
 // IndexEntry is one row of the index table: the Raft index of the last change

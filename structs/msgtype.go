@@ -27,6 +27,8 @@ const (
 	PlanApplyRequestType           MessageType = 9
 	NodeIntroUpsertRequestType     MessageType = 10
 	NodeIntroDeleteRequestType     MessageType = 11
+	RootKeyUpsertRequestType       MessageType = 12
+	CSIVolumeResealRequestType     MessageType = 13
 )
 
 // IgnoreUnknownTypeFlag may be set on a message type by a newer server for an
@@ -47,6 +49,8 @@ var messageTypeNames = map[MessageType]string{
 	PlanApplyRequestType:           "PlanApply",
 	NodeIntroUpsertRequestType:     "NodeIntroUpsert",
 	NodeIntroDeleteRequestType:     "NodeIntroDelete",
+	RootKeyUpsertRequestType:       "RootKeyUpsert",
+	CSIVolumeResealRequestType:     "CSIVolumeReseal",
 }
 
 // MessageTypes returns every defined message type, for tests that check each
@@ -78,6 +82,7 @@ const (
 	AllocSnapshot     SnapshotType = 4
 	JobSnapshot       SnapshotType = 5
 	NodeIntroSnapshot SnapshotType = 6
+	RootKeySnapshot   SnapshotType = 7
 )
 
 var snapshotTypeNames = map[SnapshotType]string{
@@ -88,6 +93,7 @@ var snapshotTypeNames = map[SnapshotType]string{
 	AllocSnapshot:     "Alloc",
 	JobSnapshot:       "Job",
 	NodeIntroSnapshot: "NodeIntroToken",
+	RootKeySnapshot:   "RootKey",
 }
 
 // SnapshotTypes returns every defined snapshot record type.

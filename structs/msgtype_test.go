@@ -38,6 +38,8 @@ func TestMessageTypes_Named(t *testing.T) {
 		"PlanApply":           9,
 		"NodeIntroUpsert":     10,
 		"NodeIntroDelete":     11,
+		"RootKeyUpsert":       12,
+		"CSIVolumeReseal":     13,
 	}, seen)
 }
 
@@ -53,7 +55,7 @@ func TestSnapshotTypes_Named(t *testing.T) {
 	}
 	must.Eq(t, "SnapshotType(77)", SnapshotType(77).String())
 	must.Eq(t, map[string]SnapshotType{
-		"Index": 0, "Node": 1, "CSIVolume": 2, "CSIPlugin": 3, "Alloc": 4, "Job": 5, "NodeIntroToken": 6,
+		"Index": 0, "Node": 1, "CSIVolume": 2, "CSIPlugin": 3, "Alloc": 4, "Job": 5, "NodeIntroToken": 6, "RootKey": 7,
 	}, seen)
 }
 
