@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"crypto/tls"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -97,7 +99,33 @@ func TestE2E_SecurityBoundary(t *testing.T) {
 	}
 	a.t = t
 	t.Run("certificate rotation under load", a.rotateUnderLoad)
+	t.Run("no secret at rest", a.noSecretAtRest)
 	e.checkSecrets(t)
+}
+
+// noSecretAtRest: no file of any server (raft.db, snapshots, the keystore)
+// holds a volume's secret in clear.
+func (a *attacker) noSecretAtRest(t *testing.T) {
+	for _, s := range a.c.Servers() {
+		dir := filepath.Join(a.c.dir, s.Name())
+		files := 0
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			files++
+			noSecret(t, a.e.secret, path, string(b))
+			return nil
+		})
+		must.NoError(t, err)
+		must.Positive(t, files)
+		_, err = os.Stat(filepath.Join(dir, "raft", "raft.db"))
+		must.NoError(t, err, must.Sprint("raft.db was read"))
+	}
 }
 
 type attacker struct {
