@@ -47,6 +47,9 @@ const (
 	// with Config.ScaleVolumes more volumes, interleaved
 	// (PhaseScaleRegister, PhaseScaleClaim).
 	PhaseScale = "scale"
+	// PhaseTLS is registers and claims on a cluster with tls.rpc and on one
+	// without, interleaved (PhaseTLSRegister, PhaseTLSClaim).
+	PhaseTLS = "tls"
 )
 
 // phaseOrder is the order the phases run in, whatever the order of
@@ -55,7 +58,7 @@ const (
 // jobs and the servers' release steps): with them the list phase would not
 // know how many volumes it lists. The release and scale phases start
 // clusters of their own, after the first three have shut theirs down.
-var phaseOrder = []string{PhaseRegister, PhaseList, PhaseClaim, PhaseRelease, PhaseScale}
+var phaseOrder = []string{PhaseRegister, PhaseList, PhaseClaim, PhaseRelease, PhaseScale, PhaseTLS}
 
 // AllPhases returns every phase, in the order they run.
 func AllPhases() []string { return slices.Clone(phaseOrder) }
@@ -80,6 +83,9 @@ const (
 	// PhaseScaleRegister and PhaseScaleClaim are the scale phase's levels.
 	PhaseScaleRegister = "scale-register"
 	PhaseScaleClaim    = "scale-claim"
+	// PhaseTLSRegister and PhaseTLSClaim are the tls phase's levels.
+	PhaseTLSRegister = "tls-register"
+	PhaseTLSClaim    = "tls-claim"
 )
 
 // Targets from the issue that asked for this benchmark.
@@ -107,6 +113,9 @@ const (
 	// ScaleTargetRatio is the least share of the empty cluster's register
 	// and claim rates the loaded cluster must reach.
 	ScaleTargetRatio = 0.85
+	// TLSTargetRatio is the least share of the plaintext cluster's
+	// register and claim rates the TLS cluster must reach.
+	TLSTargetRatio = 0.9
 )
 
 // ListTargetP50 is the p50 that listing n volumes must stay under; 0 means
@@ -298,7 +307,7 @@ func (c *Config) normalize() error {
 		return fmt.Errorf("the release phase needs at least 2 volumes, one per agent (got %d)", c.ReleaseVolumes)
 	case c.runs(PhaseScale) && c.ScaleStuck > c.ScaleVolumes:
 		return fmt.Errorf("stuck volumes (%d) must not exceed the scale volumes (%d): they are among them", c.ScaleStuck, c.ScaleVolumes)
-	case c.runs(PhaseScale) && (c.ScaleRounds > c.ScaleOps || c.ScaleRounds > c.ScaleClaimOps):
+	case (c.runs(PhaseScale) || c.runs(PhaseTLS)) && (c.ScaleRounds > c.ScaleOps || c.ScaleRounds > c.ScaleClaimOps):
 		return fmt.Errorf("scale rounds (%d) must not exceed the scale op counts (%d, %d): every round needs an op",
 			c.ScaleRounds, c.ScaleOps, c.ScaleClaimOps)
 	}
@@ -357,6 +366,11 @@ func run(ctx context.Context, cfg *Config, dir string, rep *Report) error {
 	if cfg.runs(PhaseScale) {
 		if err := runScale(ctx, cfg, dir, rep); err != nil {
 			return fmt.Errorf("scale: %w", err)
+		}
+	}
+	if cfg.runs(PhaseTLS) {
+		if err := runTLS(ctx, cfg, dir, rep); err != nil {
+			return fmt.Errorf("tls: %w", err)
 		}
 	}
 	return nil
