@@ -4,6 +4,9 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/cli"
+
+	"github.com/volplane/volplane/api"
+	"github.com/volplane/volplane/structs"
 )
 
 // OperatorKeyringRotateCommand makes a new active root key.
@@ -72,40 +75,22 @@ List Options:
 }
 
 func (c *OperatorKeyringListCommand) Run(args []string) int {
-	var asJSON bool
-	f := c.FlagSet("operator root keyring list", FlagSetClient)
-	f.BoolVar(&asJSON, "json", false, "")
-	if ok, code := c.Parse(c, f, args); !ok {
-		return code
-	}
-	if f.NArg() != 0 {
-		return c.UsageError(c, "This command takes no arguments")
-	}
-	client, err := c.Client()
-	if err != nil {
-		return c.Fail("creating client", err)
-	}
-	keys, _, err := client.Operator().KeyringList(nil)
-	if err != nil {
-		return c.Fail("listing the keyring", err)
-	}
-	if asJSON {
-		return c.OutputJSON(keys)
-	}
-	if len(keys) == 0 {
-		c.Ui.Output("No root keys (the keyring is made by the first leader)")
-		return 0
-	}
-	var rows [][]string
-	for _, k := range keys {
-		state := "inactive"
-		if k.Active {
-			state = "active"
-		}
-		rows = append(rows, []string{k.KeyID, state, k.KEKID, timeOf(k.CreateTime)})
-	}
-	c.Ui.Output(table([]string{"Key ID", "State", "KEK ID", "Create Time"}, rows))
-	return 0
+	return runList(&c.Meta, c, listCommand[*structs.RootKey]{
+		name: "operator root keyring list", doing: "listing the keyring",
+		list: func(client *api.Client) ([]*structs.RootKey, error) {
+			keys, _, err := client.Operator().KeyringList(nil)
+			return keys, err
+		},
+		none:   "No root keys (the keyring is made by the first leader)",
+		header: []string{"Key ID", "State", "KEK ID", "Create Time"},
+		row: func(k *structs.RootKey) []string {
+			state := "inactive"
+			if k.Active {
+				state = "active"
+			}
+			return []string{k.KeyID, state, k.KEKID, timeOf(k.CreateTime)}
+		},
+	}, args)
 }
 
 func init() {
