@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"crypto/tls"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -108,22 +107,8 @@ func TestE2E_SecurityBoundary(t *testing.T) {
 func (a *attacker) noSecretAtRest(t *testing.T) {
 	for _, s := range a.c.Servers() {
 		dir := filepath.Join(a.c.dir, s.Name())
-		files := 0
-		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			files++
-			noSecret(t, a.e.secret, path, string(b))
-			return nil
-		})
-		must.NoError(t, err)
-		must.Positive(t, files)
-		_, err = os.Stat(filepath.Join(dir, "raft", "raft.db"))
+		must.Positive(t, testutil.NoSecretInFiles(t, dir, a.e.secret))
+		_, err := os.Stat(filepath.Join(dir, "raft", "raft.db"))
 		must.NoError(t, err, must.Sprint("raft.db was read"))
 	}
 }

@@ -1,9 +1,7 @@
 package server
 
 import (
-	"bytes"
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -21,30 +19,6 @@ const (
 	mockSecret = "s3cr3t-token"
 	mockFlag   = "password=hunter2"
 )
-
-// noPlaintext fails when any file under dir holds a secret.
-func noPlaintext(t *testing.T, dir string, secrets ...string) {
-	t.Helper()
-	checked := 0
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		checked++
-		for _, s := range secrets {
-			if bytes.Contains(b, []byte(s)) {
-				t.Errorf("%s holds %q in clear", path, s)
-			}
-		}
-		return nil
-	})
-	must.NoError(t, err)
-	must.Positive(t, checked)
-}
 
 // Volume secrets and mount flags (and a job's mount flags) are sealed
 // before they enter the Raft log: the state, raft.db and a snapshot hold
@@ -96,7 +70,7 @@ func TestKeyring_SecretsSealedAtRest(t *testing.T) {
 	must.Error(t, err)
 
 	must.NoError(t, s.Raft().Snapshot().Error())
-	noPlaintext(t, s.config.DataDir, mockSecret, mockFlag)
+	must.Positive(t, testutil.NoSecretInFiles(t, s.config.DataDir, mockSecret, mockFlag))
 }
 
 func TestKeyring_Rotate(t *testing.T) {
