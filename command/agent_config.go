@@ -51,6 +51,10 @@ type ServerBlock struct {
 	// (durations such as "10s"; both default to the server's, 10s).
 	HeartbeatTTL    string `hcl:"heartbeat_ttl,optional"`
 	NodeGracePeriod string `hcl:"node_grace_period,optional"`
+	// CSIReleaseMaxDelay caps the wait between attempts of a failing
+	// release step (a duration; default 5m). The backoff starts at 1s and
+	// doubles up to it.
+	CSIReleaseMaxDelay string `hcl:"csi_release_max_delay,optional"`
 }
 
 // Default ports, as Nomad's.
@@ -138,7 +142,8 @@ func (c *AgentConfig) validate() error {
 				return fmt.Errorf("server.retry_interval %q: %v", s.RetryInterval, err)
 			}
 		}
-		for _, d := range [][2]string{{"heartbeat_ttl", s.HeartbeatTTL}, {"node_grace_period", s.NodeGracePeriod}} {
+		for _, d := range [][2]string{{"heartbeat_ttl", s.HeartbeatTTL}, {"node_grace_period", s.NodeGracePeriod},
+			{"csi_release_max_delay", s.CSIReleaseMaxDelay}} {
 			if _, err := positiveDuration(d[1]); err != nil {
 				return fmt.Errorf("server.%s %q: %v", d[0], d[1], err)
 			}
