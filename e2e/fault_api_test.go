@@ -45,9 +45,10 @@ type apiNode struct {
 	suite *faultSuite
 
 	mu     sync.Mutex
-	server string // the server it talks to now
+	server string     // the server it talks to now
+	rng    *rand.Rand // decides which detaches fail while faulting
 
-	detaches atomic.Int64
+	detaches, failedDetaches atomic.Int64
 }
 
 // apiNodeCSI is an API node's ClientCSI endpoint. Its exported methods are
@@ -60,19 +61,35 @@ func (e apiNodeCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequ
 		e.n.suite.violation("node detach of volume %q for allocation %q on API node %s, whose stop was never asked for: the servers released a live claim",
 			args.VolumeID, args.AllocID, e.n.node.ID)
 	}
+	// While the faults last, the node's storage is unreliable too: some
+	// detaches fail (the release backs off and retries) and some hang a
+	// while. Once healed, every detach succeeds at once.
+	if e.n.suite.faulting.Load() {
+		e.n.mu.Lock()
+		roll := e.n.rng.IntN(8)
+		hang := time.Duration(500+e.n.rng.IntN(1500)) * time.Millisecond
+		e.n.mu.Unlock()
+		switch roll {
+		case 0, 1:
+			e.n.failedDetaches.Add(1)
+			return structs.NewError(structs.ErrCodeRetryable, "API node %s: the storage is busy (injected)", e.n.node.ID)
+		case 2:
+			time.Sleep(hang)
+		}
+	}
 	return nil
 }
 
 // startAPINode registers a node with a node-only instance of apiPlugin and
 // keeps it ready until ctx ends.
-func (s *faultSuite) startAPINode(t *testing.T, ctx context.Context, wg *sync.WaitGroup) *apiNode {
+func (s *faultSuite) startAPINode(t *testing.T, ctx context.Context, wg *sync.WaitGroup, i int) *apiNode {
 	t.Helper()
 	node := testutil.Node(apiPlugin)
 	info := node.CSINodePlugins[apiPlugin]
 	// At most 3 volumes a node, so that the placer (first fit by node ID)
 	// spreads the allocations over the nodes and their sessions.
 	info.Provider, info.NodeInfo.MaxVolumes, info.NodeInfo.RequiresNodeStageVolume = "api.e2e.volplane.io", 3, false
-	n := &apiNode{node: node, suite: s}
+	n := &apiNode{node: node, suite: s, rng: s.rng(uint64(200 + i))}
 	srv := netrpc.NewServer()
 	if err := srv.RegisterName("ClientCSI", apiNodeCSI{n}); err != nil {
 		t.Fatalf("API node: %v", err)

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,7 +115,9 @@ func TestE2E_Faults(t *testing.T) {
 	// test.
 	n := &nemesis{s: s, t: t, done: map[faultKind]int{}}
 	plan := schedule(seed, faults)
+	s.faulting.Store(true)
 	n.run(context.Background(), plan)
+	s.faulting.Store(false)
 	healed := time.Now()
 	total, kinds := n.summary()
 	t.Logf("nemesis: %d faults in %s (%s)", total, healed.Sub(start).Round(time.Millisecond), kinds)
@@ -152,6 +155,8 @@ type faultSuite struct {
 	plugins  []Plugin
 	clients  []Client
 	apiNodes map[string]*apiNode // by node ID
+	// faulting is set while the nemesis works.
+	faulting atomic.Bool
 
 	mu         sync.Mutex
 	pick       *rand.Rand
@@ -253,8 +258,8 @@ func (s *faultSuite) setup(t *testing.T, ctx context.Context, wg *sync.WaitGroup
 		s.clients = append(s.clients, cl)
 		t.Cleanup(func() { killTasksUnder(t, cl.DataDir()) })
 	}
-	for range apiNodes {
-		n := s.startAPINode(t, ctx, wg)
+	for i := range apiNodes {
+		n := s.startAPINode(t, ctx, wg, i)
 		s.apiNodes[n.node.ID] = n
 	}
 	pool := s.newPool(t, apiRPCTimeout)
@@ -443,7 +448,7 @@ func (s *faultSuite) report(t *testing.T) {
 		t.Errorf("problem: %s", p)
 	}
 	for _, n := range s.apiNodes {
-		t.Logf("API node %s served %d node detaches", n.node.ID, n.detaches.Load())
+		t.Logf("API node %s served %d node detaches (%d failed on purpose)", n.node.ID, n.detaches.Load(), n.failedDetaches.Load())
 	}
 }
 
