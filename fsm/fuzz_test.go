@@ -192,3 +192,33 @@ func dumpState(t *testing.T, st *state.StateStore) stateDump {
 	}
 	return d
 }
+
+// A run whose last entry changes nothing (here a client repeating its
+// claim) must leave each table's index where the entry that changed it
+// put it, as applying them one at a time does: servers batch differently,
+// and their indexes must not differ. Found by FuzzApply.
+func TestApplyBatch_NoOpEntryKeepsTableIndex(t *testing.T) {
+	base := fuzzSeedState(t)
+	next := uint64(len(base) + 1)
+	entry := func(index uint64, volID string, c *structs.CSIVolumeClaim) *raft.Log {
+		buf, err := structs.Encode(structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{VolumeID: volID, Claim: c, Timestamp: int64(index)})
+		must.NoError(t, err)
+		return &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: buf}
+	}
+	logs := []*raft.Log{
+		entry(next, "vol-b", claim("a1", "n1", structs.CSIVolumeClaimRead)),    // a new claim
+		entry(next+1, "vol-a", claim("a1", "n1", structs.CSIVolumeClaimWrite)), // a repeat: no change
+	}
+	one := seededFSM(t, base)
+	for _, l := range logs {
+		must.Nil(t, one.Apply(l))
+	}
+	batched := seededFSM(t, base)
+	must.Eq(t, []any{nil, nil}, batched.ApplyBatch(logs))
+	for _, st := range []*state.StateStore{one.State(), batched.State()} {
+		index, err := st.Index(state.TableCSIVolumes)
+		must.NoError(t, err)
+		must.Eq(t, next, index)
+	}
+	must.Eq(t, dumpState(t, one.State()), dumpState(t, batched.State()))
+}
