@@ -363,8 +363,22 @@ func (s *faultSuite) checkHistory(t *testing.T, seed uint64) {
 	must.Positive(t, len(ops))
 	started := time.Now()
 	byVolume := claimModel.Partition(ops)
+	var perVolume []string
 	for _, part := range byVolume {
 		vol := part[0].Input.(claimInput).Volume.ID
+		granted, refused := 0, 0
+		for _, op := range part {
+			if op.Input.(claimInput).Kind != opClaim {
+				continue
+			}
+			switch op.Output.(claimOutput).Outcome {
+			case outOK:
+				granted++
+			case outRefused:
+				refused++
+			}
+		}
+		perVolume = append(perVolume, fmt.Sprintf("%s %d ops, %d claims granted, %d refused", vol, len(part), granted, refused))
 		res, info := porcupine.CheckOperationsVerbose(claimModel, part, 2*time.Minute)
 		switch res {
 		case porcupine.Ok:
@@ -380,8 +394,8 @@ func (s *faultSuite) checkHistory(t *testing.T, seed uint64) {
 		t.Errorf("volume %s: the history of %d operations is not linearizable against the claim rules (visualization: %s); operations by invocation:\n%s",
 			vol, len(part), path, describeOps(part))
 	}
-	t.Logf("linearizability check of %d operations on %d volumes took %s", len(ops), len(byVolume),
-		time.Since(started).Round(time.Millisecond))
+	t.Logf("linearizability check of %d operations on %d volumes took %s: %s", len(ops), len(byVolume),
+		time.Since(started).Round(time.Millisecond), strings.Join(perVolume, "; "))
 }
 
 // describeOps lists operations by invocation, with times in milliseconds
