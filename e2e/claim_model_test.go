@@ -343,7 +343,11 @@ func stepClaims(state, input, output any) []any {
 		switch out.Outcome {
 		case outOK:
 			return []any{stop(s, in.Alloc)}
-		case outRefused, outNoEffect:
+		case outRefused:
+			// A stop is recorded only for a job whose allocation was seen,
+			// and jobs are never purged: "job not found" is a stale answer.
+			return nil
+		case outNoEffect:
 			return []any{s}
 		default:
 			return []any{s, stop(s, in.Alloc)}

@@ -180,6 +180,9 @@ func TestClaimModel_Violations(t *testing.T) {
 		"the wrong mode": newModelHistory(snw, mnmw).
 			claim(1, true, mnmw, outOK).
 			read(snw, w(1)),
+		"the job of a placed allocation not found": newModelHistory(snw).
+			claim(1, true, snw, outOK).
+			stop(1, outRefused),
 		"a refusal that cannot have committed": newModelHistory(snw).
 			claim(1, true, snw, outNoEffect).
 			read(snw, w(1)),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -134,8 +135,13 @@ func TestE2E_Faults(t *testing.T) {
 	t.Logf("load stopped %s after healing: %s; agent jobs run %d times, stopped %d times",
 		quiet.Sub(healed).Round(time.Millisecond), s.hist.figures(), driver.runs, driver.stops)
 
-	freed := s.waitAllFree(t, quiet)
-	t.Logf("every claim freed %s after the last stop (bound %s)", freed.Round(time.Millisecond), faultReleaseCap+freeSlack)
+	if freed, held := s.waitAllFree(t, quiet); len(held) > 0 {
+		t.Errorf("claims still held %s after the last stop (the backoff cap is %s):\n%s",
+			freed.Round(time.Millisecond), faultReleaseCap, strings.Join(held, "\n"))
+		s.explainHeld(t)
+	} else {
+		t.Logf("every claim freed %s after the last stop (bound %s)", freed.Round(time.Millisecond), faultReleaseCap+freeSlack)
+	}
 
 	s.checkHistory(t, seed)
 	s.checkCalls(t, n)
@@ -308,15 +314,14 @@ func allVolumeIDs() []string {
 }
 
 // waitAllFree waits until no volume has a claim of any kind and returns
-// how long that took after since, failing when it took longer than the
-// backoff cap and the slack allow.
-func (s *faultSuite) waitAllFree(t *testing.T, since time.Time) time.Duration {
+// how long that took after since; or, when that takes longer than the
+// backoff cap and the slack allow, the claims still held.
+func (s *faultSuite) waitAllFree(t *testing.T, since time.Time) (time.Duration, []string) {
 	t.Helper()
 	pool := s.newPool(t, apiRPCTimeout)
 	bound := faultReleaseCap + freeSlack
-	var held []string
 	for {
-		held = held[:0]
+		var held []string
 		for _, id := range allVolumeIDs() {
 			var resp structs.CSIVolumeGetResponse
 			err := pool.RPC(s.anyServer(), "CSIVolume.Get", &structs.CSIVolumeGetRequest{ID: id,
@@ -330,14 +335,55 @@ func (s *faultSuite) waitAllFree(t *testing.T, since time.Time) time.Duration {
 				held = append(held, describeClaims(resp.Volume))
 			}
 		}
-		if len(held) == 0 {
-			return time.Since(since)
-		}
-		if time.Since(since) > bound {
-			t.Fatalf("claims still held %s after the last stop (the backoff cap is %s):\n%s",
-				time.Since(since).Round(time.Millisecond), faultReleaseCap, strings.Join(held, "\n"))
+		if len(held) == 0 || time.Since(since) > bound {
+			return time.Since(since), held
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// explainHeld shows, for every allocation that still holds a claim of an
+// API volume, the allocation as the servers have it, its operations in the
+// history, and what the agents logged about it.
+func (s *faultSuite) explainHeld(t *testing.T) {
+	t.Helper()
+	pool := s.newPool(t, apiRPCTimeout)
+	s.hist.mu.Lock()
+	nums := maps.Clone(s.hist.allocs)
+	s.hist.mu.Unlock()
+	ops := s.hist.operations()
+	logs := s.c.Logs(t)
+	for _, v := range apiVolumes {
+		var resp structs.CSIVolumeGetResponse
+		if err := pool.RPC(s.anyServer(), "CSIVolume.Get", &structs.CSIVolumeGetRequest{ID: v.ID,
+			QueryOptions: structs.QueryOptions{Namespace: structs.DefaultNamespace}}, &resp); err != nil || resp.Volume == nil {
+			continue
+		}
+		for _, m := range []map[string]*structs.CSIVolumeClaim{resp.Volume.ReadClaims, resp.Volume.WriteClaims} {
+			for id := range m {
+				var a structs.SingleAllocResponse
+				err := pool.RPC(s.anyServer(), "Alloc.GetAlloc", &structs.AllocSpecificRequest{AllocID: id}, &a)
+				var mine []porcupine.Operation
+				for _, op := range ops {
+					if in := op.Input.(claimInput); in.Volume.ID == v.ID && in.Alloc == nums[id] && in.Kind != opRead {
+						mine = append(mine, op)
+					}
+				}
+				var lines []string
+				for name, log := range logs {
+					for _, l := range strings.Split(log, "\n") {
+						if strings.Contains(l, id) {
+							lines = append(lines, name+": "+l)
+						}
+					}
+				}
+				if len(lines) > 40 {
+					lines = append(lines[:20], append([]string{"..."}, lines[len(lines)-20:]...)...)
+				}
+				t.Logf("allocation %s (a%d) holds a claim of %s; the servers have it as %+v (%v); its operations:\n%slogged:\n%s",
+					id, nums[id], v.ID, a.Alloc, err, describeOps(mine), strings.Join(lines, "\n"))
+			}
+		}
 	}
 }
 
