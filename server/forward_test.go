@@ -38,3 +38,16 @@ func TestForward_WriteWaitsForBarrier(t *testing.T) {
 	setReady(true)
 	must.NoError(t, registerJob(t, s, job))
 }
+
+// A job with null elements is refused as invalid, not a panic: the
+// endpoint copies the job before validating it, and a panic in an RPC
+// goroutine ends the server. Found by FuzzParseJob.
+func TestJob_RegisterNullTaskIsInvalid(t *testing.T) {
+	s := TestServer(t, nil)
+	WaitForLeader(t, s)
+	job := volumeJob("nulls", 1, &structs.VolumeRequest{Source: "v", AccessMode: structs.CSIVolumeAccessModeMultiNodeMultiWriter})
+	job.TaskGroups[0].Tasks = append(job.TaskGroups[0].Tasks, nil)
+	job.TaskGroups = append(job.TaskGroups, nil)
+	err := registerJob(t, s, job)
+	must.Eq(t, structs.ErrCodeInvalid, structs.CodeOf(err), must.Sprint(err))
+}
