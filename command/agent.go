@@ -343,6 +343,9 @@ func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, f
 	if d, _ := positiveDuration(a.Server.NodeGracePeriod); d > 0 {
 		cfg.NodeGracePeriod = d
 	}
+	if d, _ := positiveDuration(a.Server.CSIReleaseMaxDelay); d > 0 {
+		cfg.ReleaseMaxDelay = d
+	}
 	if dev {
 		cfg.DevMode = true
 		if cfg.NodeName == "" {

@@ -64,6 +64,10 @@ type ServerBlock struct {
 	NodeIntroTokens   []string `hcl:"node_intro_tokens,optional"`
 	// JobMaxGroupCount bounds a task group's count (default 10000).
 	JobMaxGroupCount int `hcl:"job_max_group_count,optional"`
+	// CSIReleaseMaxDelay caps the wait between attempts of a failing
+	// release step (a duration; default 5m). The backoff starts at 1s and
+	// doubles up to it.
+	CSIReleaseMaxDelay string `hcl:"csi_release_max_delay,optional"`
 }
 
 // Default ports, as Nomad's.
@@ -159,7 +163,8 @@ func (c *AgentConfig) validate() error {
 				return fmt.Errorf("server.node_intro_tokens[%d] is shorter than 16 characters: too easy to guess", i)
 			}
 		}
-		for _, d := range [][2]string{{"heartbeat_ttl", s.HeartbeatTTL}, {"node_grace_period", s.NodeGracePeriod}} {
+		for _, d := range [][2]string{{"heartbeat_ttl", s.HeartbeatTTL}, {"node_grace_period", s.NodeGracePeriod},
+			{"csi_release_max_delay", s.CSIReleaseMaxDelay}} {
 			if _, err := positiveDuration(d[1]); err != nil {
 				return fmt.Errorf("server.%s %q: %v", d[0], d[1], err)
 			}

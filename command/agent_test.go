@@ -97,6 +97,7 @@ server {
   bootstrap_expect  = 1
   heartbeat_ttl     = "2s"
   node_grace_period = "1500ms"
+  csi_release_max_delay = "4s"
 }
 `), 0o600))
 	cfg, _, err := c.parse([]string{"-config", file})
@@ -105,6 +106,7 @@ server {
 	must.NoError(t, err)
 	must.Eq(t, 2*time.Second, srv.HeartbeatTTL)
 	must.Eq(t, 1500*time.Millisecond, srv.NodeGracePeriod)
+	must.Eq(t, 4*time.Second, srv.ReleaseMaxDelay)
 
 	// Unset, the server's production defaults stay.
 	cfg, _, err = c.parse([]string{"-server", "-bootstrap-expect", "1", "-data-dir", "/var/lib/volplane"})
@@ -114,6 +116,7 @@ server {
 	def := server.DefaultConfig()
 	must.Eq(t, def.HeartbeatTTL, srv.HeartbeatTTL)
 	must.Eq(t, def.NodeGracePeriod, srv.NodeGracePeriod)
+	must.Eq(t, def.ReleaseMaxDelay, srv.ReleaseMaxDelay)
 }
 
 func TestAgentConfig_Errors(t *testing.T) {
@@ -131,6 +134,7 @@ func TestAgentConfig_Errors(t *testing.T) {
 		{"bad ttl", `server { heartbeat_ttl = "soon" }`, `server.heartbeat_ttl "soon"`},
 		{"zero ttl", `server { heartbeat_ttl = "0s" }`, `server.heartbeat_ttl "0s": must be a positive duration`},
 		{"negative grace", `server { node_grace_period = "-1s" }`, `server.node_grace_period "-1s": must be a positive duration`},
+		{"zero release delay", `server { csi_release_max_delay = "0" }`, `server.csi_release_max_delay "0": must be a positive duration`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -35,8 +35,13 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 		addr, id := s.raft.LeaderWithID()
 		switch {
 		case id == raft.ServerID(s.nodeID):
-			// Writes go straight to raft; consistent reads need the barrier.
-			if !info.IsRead() || s.isLeaderReady() {
+			// Consistent reads and writes alike wait for the barrier: an
+			// endpoint checks a write against this server's state before
+			// the Raft apply, and until every entry of the earlier leaders
+			// is applied here that state can lack a job, an allocation or
+			// a claim freed since, and the check would refuse the write
+			// wrongly ("job not found") as a definite answer.
+			if s.isLeaderReady() {
 				return false, nil
 			}
 		case addr != "":

@@ -50,6 +50,7 @@ type hclJobFile struct {
 
 type hclJob struct {
 	ID        string      `hcl:"id,label"`
+	IDRange   hcl.Range   `hcl:"id,label_range"`
 	Name      string      `hcl:"name,optional"`
 	Type      string      `hcl:"type,optional"`
 	Namespace string      `hcl:"namespace,optional"`
@@ -134,6 +135,15 @@ func parseJobHCL(filename string, src []byte) (*structs.Job, error) {
 	}
 
 	hj := spec.Jobs[0]
+	if hj.ID == "" {
+		// As in JSON: a job without an ID is not a job specification.
+		return nil, diagError(hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Missing job ID",
+			Detail:   `The job block's label is the job's ID: job "name" { ... }.`,
+			Subject:  hj.IDRange.Ptr(),
+		}})
+	}
 	job := &structs.Job{ID: hj.ID, Name: hj.Name, Type: hj.Type, Namespace: hj.Namespace}
 	diags = nil
 	groups := map[string]bool{}

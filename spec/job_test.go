@@ -202,6 +202,7 @@ func TestParseJob_Bad(t *testing.T) {
 		{name: "job block missing", src: "group \"g\" {\n}\n", want: []string{"job.hcl:1:1: Unsupported block type"}},
 		{name: "two jobs", src: "job \"a\" {\n}\njob \"b\" {\n}\n", want: []string{"job.hcl:3:1: Duplicate job block"}},
 		{name: "job without a name", src: "job {\n}\n", want: []string{"job.hcl:1:", "Missing id for job"}},
+		{name: "empty job name", src: " job \"\"{} ", want: []string{"job.hcl:1:6: Missing job ID"}},
 		{name: "unknown job attribute", src: "job \"j\" {\n  datacenters = [\"dc1\"]\n}\n",
 			want: []string{"job.hcl:2:3: Unsupported argument", `"datacenters"`}},
 		{name: "wrong attribute type", src: "job \"j\" {\n  type = [\"service\"]\n}\n",

@@ -12,6 +12,13 @@ import (
 // it.
 type Batch struct {
 	txn *memdb.Txn
+	// bumps is, by table, the index of the last write of the batch that
+	// changed a row of it. The commit moves each table's index row there,
+	// as applying the entries one at a time would: a write that changes
+	// nothing (a repeated claim, an unchanged volume) must not move it, or
+	// servers whose Raft hands them different batches would disagree on a
+	// table's index, and so on every blocking query's answer.
+	bumps map[string]uint64
 }
 
 // UpsertCSIVolume is StateStore.UpsertCSIVolume within the batch.
@@ -20,13 +27,33 @@ func (b *Batch) UpsertCSIVolume(index uint64, vols []*structs.CSIVolume) error {
 		if err := upsertCSIVolumeTxn(b.txn, index, v); err != nil {
 			return err
 		}
+		if err := b.changedVolume(index, v.Namespace, v.ID); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
 // CSIVolumeClaim is StateStore.CSIVolumeClaim within the batch.
 func (b *Batch) CSIVolumeClaim(index uint64, now int64, namespace, id string, claim *structs.CSIVolumeClaim) error {
-	return claimCSIVolumeTxn(b.txn, index, now, namespace, id, claim)
+	if err := claimCSIVolumeTxn(b.txn, index, now, namespace, id, claim); err != nil {
+		return err
+	}
+	return b.changedVolume(index, namespace, id)
+}
+
+// changedVolume notes the volumes table as changed at index if the write at
+// index changed the volume: the writes stamp a row they change with their
+// index, and no two writes of a batch touch one row.
+func (b *Batch) changedVolume(index uint64, namespace, id string) error {
+	v, err := volumeByIDTxn(b.txn, nil, namespace, id)
+	if err != nil {
+		return err
+	}
+	if v != nil && v.ModifyIndex == index {
+		b.bumps[TableCSIVolumes] = max(b.bumps[TableCSIVolumes], index)
+	}
+	return nil
 }
 
 // WriteBatch runs f over one write transaction and commits it at index
@@ -39,8 +66,16 @@ func (b *Batch) CSIVolumeClaim(index uint64, now int64, namespace, id string, cl
 func (s *StateStore) WriteBatch(last uint64, f func(*Batch) error) error {
 	txn := s.writeTxn()
 	defer txn.Abort()
-	if err := f(&Batch{txn: txn}); err != nil {
+	b := &Batch{txn: txn, bumps: map[string]uint64{}}
+	if err := f(b); err != nil {
 		return err
 	}
-	return commit(txn, last)
+	return commitTables(txn, func(table string) uint64 {
+		if index, ok := b.bumps[table]; ok {
+			return index
+		}
+		// A table a write changed without saying so: the batch's last
+		// index is the safe answer (never lower than the truth).
+		return last
+	})
 }

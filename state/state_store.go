@@ -76,6 +76,11 @@ func (s *StateStore) writeTxn() *memdb.Txn {
 // commits. A transaction that changed nothing bumps nothing, so watchers of a
 // table do not wake for a write that was skipped as a no-op.
 func commit(txn *memdb.Txn, index uint64) error {
+	return commitTables(txn, func(string) uint64 { return index })
+}
+
+// commitTables is commit with each changed table's index given by indexOf.
+func commitTables(txn *memdb.Txn, indexOf func(table string) uint64) error {
 	var tables []string
 	for _, ch := range txn.Changes() {
 		if ch.Table != TableIndex && !slices.Contains(tables, ch.Table) {
@@ -83,7 +88,7 @@ func commit(txn *memdb.Txn, index uint64) error {
 		}
 	}
 	for _, t := range tables {
-		if err := bumpIndexTxn(txn, t, index); err != nil {
+		if err := bumpIndexTxn(txn, t, indexOf(t)); err != nil {
 			return err
 		}
 	}

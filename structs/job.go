@@ -140,6 +140,10 @@ func (j *Job) Copy() *Job {
 	if j.Placement != nil {
 		c.Placement = make(map[string]*GroupPlacement, len(j.Placement))
 		for k, p := range j.Placement {
+			if p == nil {
+				c.Placement[k] = nil
+				continue
+			}
 			pc := *p
 			pc.Blocked = slices.Clone(p.Blocked)
 			c.Placement[k] = &pc
@@ -154,9 +158,16 @@ func (tg *TaskGroup) Copy() *TaskGroup {
 		return nil
 	}
 	c := *tg
+	// A job as submitted may hold null elements (`"Tasks":[null]`); they
+	// are copied as nil for Validate to report, never dereferenced here:
+	// the endpoints copy a job before they validate it.
 	if tg.Volumes != nil {
 		c.Volumes = make(map[string]*VolumeRequest, len(tg.Volumes))
 		for k, v := range tg.Volumes {
+			if v == nil {
+				c.Volumes[k] = nil
+				continue
+			}
 			vc := *v
 			vc.MountOptions = v.MountOptions.Copy()
 			c.Volumes[k] = &vc
@@ -164,10 +175,16 @@ func (tg *TaskGroup) Copy() *TaskGroup {
 	}
 	c.Tasks = make([]*Task, len(tg.Tasks))
 	for i, t := range tg.Tasks {
+		if t == nil {
+			continue
+		}
 		tc := *t
 		tc.Config.Args = slices.Clone(t.Config.Args)
 		tc.VolumeMounts = make([]*VolumeMount, len(t.VolumeMounts))
 		for k, m := range t.VolumeMounts {
+			if m == nil {
+				continue
+			}
 			mc := *m
 			tc.VolumeMounts[k] = &mc
 		}

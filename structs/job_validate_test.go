@@ -271,4 +271,22 @@ func TestJob_Validate_Limits(t *testing.T) {
 			must.StrContains(t, err.Error(), tc.want)
 		})
 	}
+
+// A job as submitted may hold null elements; the endpoints copy a job
+// before validating it, so Copy must keep them (as nil, for Validate to
+// report) instead of dereferencing them. Found by FuzzParseJob: over the
+// RPC port, the panic in Job.Register took the server down.
+func TestJob_CopyKeepsNullElements(t *testing.T) {
+	job := &Job{ID: "j", TaskGroups: []*TaskGroup{
+		nil,
+		{Name: "g", Volumes: map[string]*VolumeRequest{"data": nil},
+			Tasks: []*Task{nil, {Name: "t", Driver: TaskDriverExec, VolumeMounts: []*VolumeMount{nil}}}},
+	}, Placement: map[string]*GroupPlacement{"g": nil}}
+	c := job.Copy()
+	must.Eq(t, job, c)
+	c.Canonicalize()
+	err := c.Validate()
+	must.Eq(t, ErrCodeInvalid, CodeOf(err))
+	must.StrContains(t, err.Error(), "task group 1 is empty")
+	must.StrContains(t, err.Error(), "task 1 is empty")
 }
