@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -84,7 +85,7 @@ func (e apiNodeCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequ
 // keeps it ready until ctx ends.
 func (s *faultSuite) startAPINode(t *testing.T, ctx context.Context, wg *sync.WaitGroup, i int) *apiNode {
 	t.Helper()
-	node := testutil.Node(apiPlugin)
+	node := mock.Node(apiPlugin)
 	info := node.CSINodePlugins[apiPlugin]
 	// At most 3 volumes a node, so that the placer (first fit by node ID)
 	// spreads the allocations over the nodes and their sessions.

@@ -295,12 +295,12 @@ func newRequest(mt structs.MessageType) any {
 	return nil
 }
 
-// FuzzApply applies arbitrary entries that decode to an FSM holding claims,
+// FuzzApplyRefused applies arbitrary entries that decode to an FSM holding claims,
 // releases and placed allocations: whatever an entry says, the FSM answers
 // nil or a typed refusal, never a panic, and a refused entry changes
 // nothing. (Entries that do not decode stop the FSM by design; they are
 // left out.)
-func FuzzApply(f *testing.F) {
+func FuzzApplyRefused(f *testing.F) {
 	for _, tc := range refusedEntries() {
 		buf, err := structs.Encode(tc.e.mt, tc.e.req)
 		must.NoError(f, err)

@@ -11,29 +11,6 @@ import (
 	"github.com/volplane/volplane/structs"
 )
 
-// fuzzRequests makes, for each message type, the request its entries
-// decode into: the fuzz target decodes an entry first, because the FSM
-// panics on a body that does not decode, by design.
-var fuzzRequests = map[structs.MessageType]func() any{
-	structs.NodeRegisterRequestType:        func() any { return new(structs.NodeRegisterRequest) },
-	structs.NodeUpdateStatusRequestType:    func() any { return new(structs.NodeUpdateStatusRequest) },
-	structs.NodeDeregisterRequestType:      func() any { return new(structs.NodeDeregisterRequest) },
-	structs.CSIVolumeRegisterRequestType:   func() any { return new(structs.CSIVolumeRegisterRequest) },
-	structs.CSIVolumeDeregisterRequestType: func() any { return new(structs.CSIVolumeDeregisterRequest) },
-	structs.CSIVolumeClaimRequestType:      func() any { return new(structs.CSIVolumeClaimRequest) },
-	structs.AllocUpsertRequestType:         func() any { return new(structs.AllocUpdateRequest) },
-	structs.JobRegisterRequestType:         func() any { return new(structs.JobRegisterRequest) },
-	structs.JobDeregisterRequestType:       func() any { return new(structs.JobDeregisterRequest) },
-	structs.PlanApplyRequestType:           func() any { return new(structs.PlanApplyRequest) },
-}
-
-func TestFuzzRequests_EveryType(t *testing.T) {
-	for _, mt := range structs.MessageTypes() {
-		must.MapContainsKey(t, fuzzRequests, mt, must.Sprintf("FuzzApply does not know what %s decodes into", mt))
-	}
-	must.MapLen(t, len(structs.MessageTypes()), fuzzRequests)
-}
-
 // decodable reports whether the FSM would get past decoding entry: a known
 // type (or one with the ignore flag) whose body decodes.
 func decodable(entry []byte) bool {
@@ -41,11 +18,12 @@ func decodable(entry []byte) bool {
 		return false
 	}
 	mt := structs.MessageType(entry[0])
-	newReq, ok := fuzzRequests[mt&^structs.IgnoreUnknownTypeFlag]
-	if !ok {
+	// newRequest (authority_test.go) knows what every type decodes into.
+	req := newRequest(mt &^ structs.IgnoreUnknownTypeFlag)
+	if req == nil {
 		return mt&structs.IgnoreUnknownTypeFlag != 0
 	}
-	return structs.Decode(entry[1:], newReq()) == nil
+	return structs.Decode(entry[1:], req) == nil
 }
 
 // fuzzSeedState is what every FuzzApply input is applied on: a node running
@@ -78,6 +56,11 @@ func fuzzSeedState(t testing.TB) []*raft.Log {
 		Volumes: []*structs.CSIVolume{testVolume(ns, "vol-a", "p"), testVolume(ns, "vol-b", "p")}, Timestamp: 1,
 	})
 	add(structs.JobRegisterRequestType, &structs.JobRegisterRequest{Job: job, Timestamp: 2})
+	// New allocations come only from a plan; the client then reports it.
+	placed := alloc.Copy()
+	placed.ClientStatus = structs.AllocClientStatusPending
+	add(structs.PlanApplyRequestType, &structs.PlanApplyRequest{Namespace: ns, JobID: job.ID, JobModifyIndex: 3,
+		Allocs: []*structs.Allocation{placed}, Timestamp: 3})
 	add(structs.AllocUpsertRequestType, &structs.AllocUpdateRequest{Allocs: []*structs.Allocation{alloc}, Timestamp: 3})
 	add(structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
 		VolumeID: "vol-a", Claim: claim("a1", "n1", structs.CSIVolumeClaimWrite), Timestamp: 4,
@@ -221,4 +204,12 @@ func TestApplyBatch_NoOpEntryKeepsTableIndex(t *testing.T) {
 		must.Eq(t, next, index)
 	}
 	must.Eq(t, dumpState(t, one.State()), dumpState(t, batched.State()))
+}
+
+// testAlloc is slot 0 of job "web", group "app", running on nodeID.
+func testAlloc(namespace, id, nodeID string) *structs.Allocation {
+	return &structs.Allocation{
+		ID: id, Namespace: namespace, Name: "web.app[0]", JobID: "web", TaskGroup: "app", NodeID: nodeID,
+		DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning,
+	}
 }

@@ -209,12 +209,12 @@ func FuzzMux(f *testing.F) {
 		ycfg.EnableKeepAlive = false
 		m := NewMux(MuxConfig{
 			Handlers: Handlers{
-				RPC: func(conn net.Conn) { srv.ServeCodec(NewServerCodec(conn, 64<<10)) },
-				Raft: func(conn net.Conn) {
+				RPC: func(conn net.Conn, _ Peer) { srv.ServeCodec(NewServerCodec(conn, 64<<10)) },
+				Raft: func(conn net.Conn, _ Peer) {
 					_, _ = io.Copy(io.Discard, conn)
 					conn.Close()
 				},
-				Session: func(*yamux.Session) {},
+				Session: func(*yamux.Session, Peer) {},
 			},
 			Logger:           hclog.NewNullLogger(),
 			HandshakeTimeout: 20 * time.Millisecond,

@@ -271,6 +271,7 @@ func TestJob_Validate_Limits(t *testing.T) {
 			must.StrContains(t, err.Error(), tc.want)
 		})
 	}
+}
 
 // A job as submitted may hold null elements; the endpoints copy a job
 // before validating it, so Copy must keep them (as nil, for Validate to
