@@ -81,9 +81,9 @@ func TestParse_Errors(t *testing.T) {
     "csi-wrte-volume",
   ]
 }`, 5, "csi-wrte-volume", `namespace "default": unknown capability "csi-wrte-volume"`},
-		"unknown level": {"\nplugin { policy = \"writ\" }", 2, "writ", `unknown policy "writ"`},
+		"unknown level":               {"\nplugin { policy = \"writ\" }", 2, "writ", `unknown policy "writ"`},
 		"plugin level of a namespace": {`namespace "a" { policy = "list" }`, 1, "list", `unknown policy "list"`},
-		"unknown block": {"node { policy = \"read\" }\nvolume \"x\" { policy = \"read\" }", 2, "volume", `unknown block "volume"`},
+		"unknown block":               {"node { policy = \"read\" }\nvolume \"x\" { policy = \"read\" }", 2, "volume", `unknown block "volume"`},
 		"unknown attribute": {"namespace \"a\" {\n  policy = \"read\"\n  capability = [\"read-job\"]\n}", 3, "capability",
 			`unknown attribute "capability"`},
 		"top-level attribute": {`policy = "read"`, 1, "policy", `unknown attribute "policy"`},
