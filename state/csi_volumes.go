@@ -85,6 +85,9 @@ func upsertCSIVolumeTxn(txn *memdb.Txn, index uint64, vol *structs.CSIVolume) er
 	}
 
 	if existing == nil {
+		if err := namespaceExistsTxn(txn, "volume", vol.ID, vol.Namespace); err != nil {
+			return err
+		}
 		v := vol.Copy()
 		// The request may carry the claims of a volume the leader merged
 		// onto and that was deregistered since; they are not this one's.

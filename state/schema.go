@@ -13,13 +13,16 @@ import (
 // Table names. The index table holds one row per other table: the Raft index
 // of that table's last change, which blocking queries wait on.
 const (
-	TableNodes      = "nodes"
-	TableCSIVolumes = "csi_volumes"
-	TableCSIPlugins = "csi_plugins"
-	TableAllocs     = "allocs"
-	TableJobs       = "jobs"
-	TableNodeIntro  = "node_intro_tokens"
-	TableIndex      = "index"
+	TableNodes       = "nodes"
+	TableCSIVolumes  = "csi_volumes"
+	TableCSIPlugins  = "csi_plugins"
+	TableAllocs      = "allocs"
+	TableJobs        = "jobs"
+	TableNodeIntro   = "node_intro_tokens"
+	TableACLPolicies = "acl_policy"
+	TableACLTokens   = "acl_token"
+	TableNamespaces  = "namespaces"
+	TableIndex       = "index"
 )
 
 // Index names. Every table has the unique index indexID; a prefix lookup on it
@@ -43,6 +46,9 @@ var schemaFuncs = []func() *memdb.TableSchema{
 	allocsTableSchema,
 	jobsTableSchema,
 	nodeIntroTableSchema,
+	aclPoliciesTableSchema,
+	aclTokensTableSchema,
+	namespacesTableSchema,
 }
 
 // schema returns the memdb schema of the whole store.
@@ -61,7 +67,8 @@ func schema() *memdb.DBSchema {
 // Tables returns the names of every table whose changes are tracked in the
 // index table, for callers that wait on "anything".
 func Tables() []string {
-	return []string{TableNodes, TableCSIVolumes, TableCSIPlugins, TableAllocs, TableJobs, TableNodeIntro}
+	return []string{TableNodes, TableCSIVolumes, TableCSIPlugins, TableAllocs, TableJobs, TableNodeIntro,
+		TableACLPolicies, TableACLTokens, TableNamespaces}
 }
 
 // IndexEntry is one row of the index table: the Raft index of the last change

@@ -27,6 +27,13 @@ const (
 	PlanApplyRequestType           MessageType = 9
 	NodeIntroUpsertRequestType     MessageType = 10
 	NodeIntroDeleteRequestType     MessageType = 11
+	ACLPolicyUpsertRequestType     MessageType = 12
+	ACLPolicyDeleteRequestType     MessageType = 13
+	ACLTokenUpsertRequestType      MessageType = 14
+	ACLTokenDeleteRequestType      MessageType = 15
+	ACLTokenBootstrapRequestType   MessageType = 16
+	NamespaceUpsertRequestType     MessageType = 17
+	NamespaceDeleteRequestType     MessageType = 18
 )
 
 // IgnoreUnknownTypeFlag may be set on a message type by a newer server for an
@@ -47,6 +54,13 @@ var messageTypeNames = map[MessageType]string{
 	PlanApplyRequestType:           "PlanApply",
 	NodeIntroUpsertRequestType:     "NodeIntroUpsert",
 	NodeIntroDeleteRequestType:     "NodeIntroDelete",
+	ACLPolicyUpsertRequestType:     "ACLPolicyUpsert",
+	ACLPolicyDeleteRequestType:     "ACLPolicyDelete",
+	ACLTokenUpsertRequestType:      "ACLTokenUpsert",
+	ACLTokenDeleteRequestType:      "ACLTokenDelete",
+	ACLTokenBootstrapRequestType:   "ACLTokenBootstrap",
+	NamespaceUpsertRequestType:     "NamespaceUpsert",
+	NamespaceDeleteRequestType:     "NamespaceDelete",
 }
 
 // MessageTypes returns every defined message type, for tests that check each
@@ -78,6 +92,9 @@ const (
 	AllocSnapshot     SnapshotType = 4
 	JobSnapshot       SnapshotType = 5
 	NodeIntroSnapshot SnapshotType = 6
+	ACLPolicySnapshot SnapshotType = 7
+	ACLTokenSnapshot  SnapshotType = 8
+	NamespaceSnapshot SnapshotType = 9
 )
 
 var snapshotTypeNames = map[SnapshotType]string{
@@ -88,6 +105,9 @@ var snapshotTypeNames = map[SnapshotType]string{
 	AllocSnapshot:     "Alloc",
 	JobSnapshot:       "Job",
 	NodeIntroSnapshot: "NodeIntroToken",
+	ACLPolicySnapshot: "ACLPolicy",
+	ACLTokenSnapshot:  "ACLToken",
+	NamespaceSnapshot: "Namespace",
 }
 
 // SnapshotTypes returns every defined snapshot record type.

@@ -38,6 +38,13 @@ func TestMessageTypes_Named(t *testing.T) {
 		"PlanApply":           9,
 		"NodeIntroUpsert":     10,
 		"NodeIntroDelete":     11,
+		"ACLPolicyUpsert":     12,
+		"ACLPolicyDelete":     13,
+		"ACLTokenUpsert":      14,
+		"ACLTokenDelete":      15,
+		"ACLTokenBootstrap":   16,
+		"NamespaceUpsert":     17,
+		"NamespaceDelete":     18,
 	}, seen)
 }
 
@@ -54,6 +61,7 @@ func TestSnapshotTypes_Named(t *testing.T) {
 	must.Eq(t, "SnapshotType(77)", SnapshotType(77).String())
 	must.Eq(t, map[string]SnapshotType{
 		"Index": 0, "Node": 1, "CSIVolume": 2, "CSIPlugin": 3, "Alloc": 4, "Job": 5, "NodeIntroToken": 6,
+		"ACLPolicy": 7, "ACLToken": 8, "Namespace": 9,
 	}, seen)
 }
 
