@@ -207,3 +207,9 @@ func (r *StateRestore) NamespaceRestore(n *structs.Namespace) error {
 	}
 	return nil
 }
+
+// StoredNamespaces iterates over the namespaces as stored (the default one
+// only once written), for snapshots.
+func (s *StateStore) StoredNamespaces(ws memdb.WatchSet) (memdb.ResultIterator, error) {
+	return getWatch(s.db.Txn(false), ws, TableNamespaces, indexID)
+}
