@@ -99,6 +99,9 @@ func (s *Server) securityStatus() *structs.SecurityStatus {
 
 // Security answers how this server is protected; always answered locally.
 func (e *Operator) Security(args *structs.GenericRequest, reply *structs.SecurityStatus) error {
+	if err := e.srv.authorize("Operator.Security", args, args); err != nil {
+		return err
+	}
 	*reply = *e.srv.securityStatus()
 	return nil
 }

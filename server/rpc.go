@@ -26,7 +26,13 @@ const (
 // the request was sent to the leader (reply filled, err its outcome), and
 // handled=false when this server must serve it: a stale read, or this server
 // is the leader. While there is no leader it waits up to RPCHoldTimeout.
+// First it checks the request's ACL token (authorize): a refused request
+// is handled, with the refusal as its error.
 func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (bool, error) {
+	// Every server a request passes through checks its token.
+	if err := s.authorize(method, info, args); err != nil {
+		return true, err
+	}
 	if info.IsRead() && info.AllowStaleRead() {
 		return false, nil
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/volplane/volplane/state"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -58,6 +59,16 @@ func (h *handler) eventStream(w http.ResponseWriter, r *http.Request) {
 		}
 		from = n
 	}
+	// The token is checked before anything is subscribed; then each event
+	// goes only to a token that may read its object.
+	var allow func(state.Event) (bool, error)
+	if h.eventFilter != nil {
+		var err error
+		if allow, err = h.eventFilter(r.Header.Get(headerToken)); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+	}
 	broker := h.events()
 	if broker == nil {
 		h.writeError(w, r, structs.ErrNotFound("the event stream is not enabled on this agent"))
@@ -106,6 +117,18 @@ func (h *handler) eventStream(w http.ResponseWriter, r *http.Request) {
 		ev, err := sub.Next(next)
 		cancelNext()
 		var line any = ev
+		if allow != nil && (err == nil || errors.Is(err, context.DeadlineExceeded)) {
+			// A heartbeat checks the token too, so a deleted or expired
+			// token's stream ends even when nothing happens.
+			ok, aerr := allow(ev)
+			if aerr != nil {
+				send(streamEnd{Error: "event stream ended: " + structs.MessageOf(aerr)})
+				return
+			}
+			if !ok && err == nil {
+				continue
+			}
+		}
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
