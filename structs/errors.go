@@ -65,7 +65,7 @@ func ErrConflict(format string, args ...any) *Error {
 
 // Sentinel errors for codes whose message says all there is to say.
 var (
-	ErrNoLeader         = &Error{Code: ErrCodeNoLeader, Message: "no cluster leader"}
+	ErrNoLeader = &Error{Code: ErrCodeNoLeader, Message: "no cluster leader"}
 	// ErrPermissionDenied is a token's lack of a capability, in Nomad's
 	// words, which are also the whole body of the HTTP 403.
 	ErrPermissionDenied = &Error{Code: ErrCodePermissionDenied, Message: "Permission denied"}
