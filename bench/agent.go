@@ -13,9 +13,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
-	"github.com/volplane/volplane/testutil"
 )
 
 // agentPlugin is the plugin the benchmark agents run as monolith instances:
@@ -52,7 +52,7 @@ type agent struct {
 func startAgent(ctx context.Context, cfg *Config, name, addr string) (_ *agent, err error) {
 	a := &agent{
 		name:   name,
-		node:   testutil.NodeWithController(agentPlugin),
+		node:   mock.NodeWithController(agentPlugin),
 		addr:   addr,
 		csi:    &agentCSI{},
 		logger: cfg.Logger.Named(name),

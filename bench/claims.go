@@ -193,13 +193,46 @@ func (vp *volplane) registerJobs(ctx context.Context, specs []*structs.Job) erro
 }
 
 // stopJobs stops specs (Job.Deregister, no purge) with conc calls at once,
-// which turns their allocations' claims into past claims.
+// and then, as the client agents do once they stopped the tasks, reports
+// each allocation complete from its node: the stop turns the allocations'
+// claims into past claims that wait for their client, the report lets
+// their release start.
 func (vp *volplane) stopJobs(ctx context.Context, specs []*structs.Job, conc int) error {
 	if _, _, err := drive(ctx, len(specs), conc, func(i int) error {
 		var reply structs.JobDeregisterResponse
-		return vp.call("Job.Deregister", &structs.JobDeregisterRequest{JobID: specs[i].ID}, &reply)
+		if err := vp.call("Job.Deregister", &structs.JobDeregisterRequest{JobID: specs[i].ID}, &reply); err != nil {
+			return err
+		}
+		return vp.reportStopped(specs[i].ID)
 	}); err != nil {
 		return fmt.Errorf("stopping %d jobs: %w", len(specs), err)
+	}
+	return nil
+}
+
+// reportStopped reports the job's allocations complete, one Node.UpdateAlloc
+// per node, signed with the node's secret as its client's report is.
+func (vp *volplane) reportStopped(jobID string) error {
+	var allocs structs.JobAllocationsResponse
+	if err := vp.call("Job.Allocations", &structs.JobSpecificRequest{JobID: jobID}, &allocs); err != nil {
+		return fmt.Errorf("reading the allocations of job %s: %w", jobID, err)
+	}
+	byNode := map[string][]*structs.AllocClientUpdate{}
+	for _, a := range allocs.Allocations {
+		if !a.ClientTerminal() {
+			byNode[a.NodeID] = append(byNode[a.NodeID], &structs.AllocClientUpdate{ID: a.ID,
+				ClientStatus: structs.AllocClientStatusComplete, ClientDescription: "tasks stopped"})
+		}
+	}
+	for nodeID, updates := range byNode {
+		node := vp.knownNode(nodeID)
+		if node == nil {
+			return fmt.Errorf("allocations of job %s run on node %q, which the benchmark did not register", jobID, nodeID)
+		}
+		req := &structs.NodeUpdateAllocRequest{NodeID: node.ID, SecretID: node.SecretID, Allocs: updates}
+		if err := vp.call("Node.UpdateAlloc", req, &structs.GenericResponse{}); err != nil {
+			return fmt.Errorf("reporting the allocations of job %s stopped on node %s: %w", jobID, nodeID, err)
+		}
 	}
 	return nil
 }

@@ -306,6 +306,11 @@ func (vp *volplane) releaseAgentDown(ctx context.Context, cfg *Config, jobs []*s
 	u1 := markUsage()
 	run.idle, run.idleCPU = u1.at.Sub(u0.at), u1.cpu-u0.cpu
 
+	// The stopped agent's allocations are reported stopped on its behalf,
+	// as if its client had stopped their tasks and reported it just before
+	// it died: their claims then need a node step, which fails until its
+	// node is marked down. (A claim whose client never reported would
+	// wait, with nothing tried, until then.)
 	cfg.progress("release: stopping %d jobs at once", len(jobs))
 	ctlBefore := live.csi.controllerDetaches.Load()
 	start := time.Now()

@@ -16,10 +16,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/server"
 	"github.com/volplane/volplane/structs"
-	"github.com/volplane/volplane/testutil"
 )
 
 const (
@@ -239,8 +239,8 @@ func (vp *volplane) registerNode() error {
 // claim phase places thousands of allocations, each with a volume of its
 // own, on this one node.
 func benchNode() *structs.Node {
-	n := testutil.Node()
-	info := testutil.NodeInfo(benchPlugin, n.ID, true)
+	n := mock.Node()
+	info := mock.NodeInfo(benchPlugin, n.ID, true)
 	info.RequiresControllerPlugin = false
 	info.NodeInfo.MaxVolumes = 0
 	n.CSIControllerPlugins = map[string]*structs.CSIInfo{}
@@ -283,7 +283,7 @@ func (vp *volplane) volume() *structs.CSIVolume {
 }
 
 func benchVolume(n int64) *structs.CSIVolume {
-	v := testutil.CSIVolume(benchPlugin)
+	v := mock.CSIVolume(benchPlugin)
 	v.ID = fmt.Sprintf("bench-%08d", n)
 	v.Name = v.ID
 	v.ExternalID = "ext-" + v.ID

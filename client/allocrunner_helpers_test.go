@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/server"
 	"github.com/volplane/volplane/structs"
@@ -96,7 +97,7 @@ func (e *allocEnv) waitNodesHealthy(srv *server.Server, n int) {
 // servers (and a client's controller) and returns its external ID.
 func (e *allocEnv) createVolume(srv *server.Server, id string) string {
 	e.t.Helper()
-	vol := testutil.CSIVolume("dev")
+	vol := mock.CSIVolume("dev")
 	vol.ID, vol.Name, vol.ExternalID, vol.Parameters = id, id, "", nil
 	vol.MountOptions = &structs.CSIMountOptions{FSType: "ext4"}
 	// A client's plugin can be healthy a moment before the servers can

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/volplane/volplane/clientrpc"
 )
 
 // Client is one client agent.
@@ -20,8 +22,11 @@ type Client struct {
 
 	plugins   *pluginManager
 	rpcServer *netrpc.Server
-	servers   *serverList
-	allocs    *allocManager
+	// calls gives the calls servers make on this client their contexts,
+	// which end when the server stops waiting.
+	calls   *clientrpc.Calls
+	servers *serverList
+	allocs  *allocManager
 	// volumeLocks serialises, per volume, the allocation runners' stage
 	// and publish with the servers' node detaches, so that a detach never
 	// unstages a volume another allocation is being published from.
@@ -76,6 +81,7 @@ func NewClient(cfg *Config) (*Client, error) {
 		registered:   make(chan struct{}),
 		ctx:          ctx,
 		cancel:       cancel,
+		calls:        clientrpc.NewCalls(ctx),
 	}
 	if cl.rpcServer, err = cl.newRPCServer(); err != nil {
 		cancel()

@@ -39,7 +39,7 @@ func (e *ClientCSI) ControllerAttachVolume(args *structs.ClientCSIControllerAtta
 	required(&m, "VolumeID", args.VolumeID)
 	required(&m, "ClientCSINodeID", args.ClientCSINodeID)
 	validModes(&m, args.AccessMode, args.AttachmentMode)
-	plugin, ctx, cancel, err := e.controllerCall(name, &m, args.ClientCSITarget, args.PluginID)
+	plugin, ctx, cancel, err := e.controllerCall(name, &m, args, args.ClientCSITarget, args.PluginID)
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func (e *ClientCSI) ControllerDetachVolume(args *structs.ClientCSIControllerDeta
 	required(&m, "PluginID", args.PluginID)
 	required(&m, "VolumeID", args.VolumeID)
 	required(&m, "ClientCSINodeID", args.ClientCSINodeID)
-	plugin, ctx, cancel, err := e.controllerCall(name, &m, args.ClientCSITarget, args.PluginID)
+	plugin, ctx, cancel, err := e.controllerCall(name, &m, args, args.ClientCSITarget, args.PluginID)
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func (e *ClientCSI) ControllerValidateVolume(args *structs.ClientCSIControllerVa
 	required(&m, "PluginID", args.PluginID)
 	required(&m, "VolumeID", args.VolumeID)
 	caps := capabilities(&m, args.Capabilities, args.MountOptions)
-	plugin, ctx, cancel, err := e.controllerCall(name, &m, args.ClientCSITarget, args.PluginID)
+	plugin, ctx, cancel, err := e.controllerCall(name, &m, args, args.ClientCSITarget, args.PluginID)
 	if err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func (e *ClientCSI) ControllerCreateVolume(args *structs.ClientCSIControllerCrea
 	required(&m, "PluginID", args.PluginID)
 	required(&m, "Name", args.Name)
 	caps := capabilities(&m, args.Capabilities, args.MountOptions)
-	plugin, ctx, cancel, err := e.controllerCall(name, &m, args.ClientCSITarget, args.PluginID)
+	plugin, ctx, cancel, err := e.controllerCall(name, &m, args, args.ClientCSITarget, args.PluginID)
 	if err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func (e *ClientCSI) ControllerDeleteVolume(args *structs.ClientCSIControllerDele
 	var m structs.MultiError
 	required(&m, "PluginID", args.PluginID)
 	required(&m, "VolumeID", args.VolumeID)
-	plugin, ctx, cancel, err := e.controllerCall(name, &m, args.ClientCSITarget, args.PluginID)
+	plugin, ctx, cancel, err := e.controllerCall(name, &m, args, args.ClientCSITarget, args.PluginID)
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,9 @@ func (e *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequ
 	}
 	// The request names the volume and its modes; the record, when there
 	// is one, gives the paths it was published at.
-	_, err := e.nodeDetach(name, &nodeDetachRequest{VolumeUsage: VolumeUsage{
+	ctx, cancel := e.c.calls.Context(args)
+	defer cancel()
+	_, err := e.nodeDetach(ctx, name, &nodeDetachRequest{VolumeUsage: VolumeUsage{
 		AllocID: args.AllocID, PluginID: args.PluginID, Namespace: args.RequestNamespace(), VolumeID: args.VolumeID,
 		ExternalID: externalID, AccessMode: args.AccessMode, AttachmentMode: args.AttachmentMode, ReadOnly: args.ReadOnly,
 		StagingPath: usage.StagingPath, TargetPath: usage.TargetPath,
@@ -206,11 +208,11 @@ type nodeDetachRequest struct {
 	onlyRecorded bool
 }
 
-// nodeDetach does a checked node detach (see NodeDetachVolume) and reports
-// whether it undid anything: false only when onlyRecorded found the record
-// gone. name prefixes the errors. The request's fields are assumed
-// present.
-func (e *ClientCSI) nodeDetach(name string, d *nodeDetachRequest) (bool, error) {
+// nodeDetach does a checked node detach (see NodeDetachVolume) within ctx
+// and reports whether it undid anything: false only when onlyRecorded found
+// the record gone. name prefixes the errors. The request's fields are
+// assumed present.
+func (e *ClientCSI) nodeDetach(ctx context.Context, name string, d *nodeDetachRequest) (bool, error) {
 	if err := e.c.allocs.checkDetach(d.AllocID); err != nil {
 		return false, structs.Wrap(err, "%s: volume %q", name, d.VolumeID)
 	}
@@ -218,7 +220,13 @@ func (e *ClientCSI) nodeDetach(name string, d *nodeDetachRequest) (bool, error) 
 	if err != nil {
 		return false, err
 	}
-	unlock := e.c.lockVolume(d.PluginID, d.Namespace, d.VolumeID)
+	// A detach of the same volume still in flight (a server's, whose
+	// caller may be gone) is waited for no longer than this one may take.
+	unlock, err := e.c.lockVolumeCtx(ctx, d.PluginID, d.Namespace, d.VolumeID)
+	if err != nil {
+		return false, structs.NewError(structs.ErrCodeRetryable, "%s: volume %q: another operation on the volume did not end in time: %v",
+			name, d.VolumeID, err)
+	}
 	defer unlock()
 
 	usage, recorded := d.VolumeUsage, d.recorded
@@ -244,8 +252,6 @@ func (e *ClientCSI) nodeDetach(name string, d *nodeDetachRequest) (bool, error) 
 		stages = stages && staging != ""
 	}
 
-	ctx, cancel := e.callContext()
-	defer cancel()
 	if err := plugin.NodeUnpublishVolume(ctx, d.ExternalID, target); err != nil {
 		return false, e.fail(csi.MethodNodeUnpublishVolume, d.PluginID, d.ExternalID, err)
 	}
@@ -275,7 +281,7 @@ func (e *ClientCSI) nodeDetach(name string, d *nodeDetachRequest) (bool, error) 
 // controllerCall checks a controller request (m holds its field problems)
 // and returns the controller plugin to call and the context of the call;
 // the caller defers cancel.
-func (e *ClientCSI) controllerCall(name string, m *structs.MultiError, target structs.ClientCSITarget, pluginID string) (*csi.Client, context.Context, context.CancelFunc, error) {
+func (e *ClientCSI) controllerCall(name string, m *structs.MultiError, args any, target structs.ClientCSITarget, pluginID string) (*csi.Client, context.Context, context.CancelFunc, error) {
 	if err := e.check(name, m, target); err != nil {
 		return nil, nil, nil, err
 	}
@@ -283,7 +289,7 @@ func (e *ClientCSI) controllerCall(name string, m *structs.MultiError, target st
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ctx, cancel := e.callContext()
+	ctx, cancel := e.c.calls.Context(args)
 	return plugin, ctx, cancel, nil
 }
 
@@ -298,12 +304,6 @@ func (e *ClientCSI) check(name string, m *structs.MultiError, target structs.Cli
 		return structs.NewError(structs.ErrCodeRetryable, "%s: call for node %q reached node %q", name, target.NodeID, e.c.id.NodeID)
 	}
 	return nil
-}
-
-// callContext is the context of one plugin call: cancelled on shutdown; the
-// CSI client gives each call its deadline.
-func (e *ClientCSI) callContext() (context.Context, context.CancelFunc) {
-	return context.WithCancel(e.c.ctx)
 }
 
 // fail turns a plugin error into the typed error the server acts on (nil
@@ -403,36 +403,42 @@ func removeEmptyDir(dir string) {
 // Client.volumeLocks) and returns its unlock. The runner's publish and the
 // servers' detach must name a volume alike to exclude each other.
 func (c *Client) lockVolume(pluginID, namespace, volumeID string) func() {
-	return c.volumeLocks.lock(pluginID + "\x00" + namespace + "\x00" + volumeID)
+	unlock, _ := c.lockVolumeCtx(context.Background(), pluginID, namespace, volumeID)
+	return unlock
 }
 
-// keyedMutex is a set of mutexes by key, each dropped when unused.
+// lockVolumeCtx is lockVolume, giving up when ctx ends.
+func (c *Client) lockVolumeCtx(ctx context.Context, pluginID, namespace, volumeID string) (func(), error) {
+	return c.volumeLocks.lock(ctx, pluginID+"\x00"+namespace+"\x00"+volumeID)
+}
+
+// keyedMutex is a set of locks by key, each dropped when unused.
 type keyedMutex struct {
 	mu    sync.Mutex
 	locks map[string]*keyedLock
 }
 
 type keyedLock struct {
-	mu   sync.Mutex
+	// sem holds a token while the lock is held: a channel, so that a
+	// waiter can give up.
+	sem  chan struct{}
 	refs int
 }
 
-// lock locks key and returns its unlock.
-func (k *keyedMutex) lock(key string) func() {
+// lock locks key and returns its unlock, or ctx's error if ctx ends first.
+func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
 	k.mu.Lock()
 	if k.locks == nil {
 		k.locks = map[string]*keyedLock{}
 	}
 	l := k.locks[key]
 	if l == nil {
-		l = &keyedLock{}
+		l = &keyedLock{sem: make(chan struct{}, 1)}
 		k.locks[key] = l
 	}
 	l.refs++
 	k.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
+	release := func() {
 		k.mu.Lock()
 		l.refs--
 		if l.refs == 0 {
@@ -440,4 +446,14 @@ func (k *keyedMutex) lock(key string) func() {
 		}
 		k.mu.Unlock()
 	}
+	select {
+	case l.sem <- struct{}{}:
+	case <-ctx.Done():
+		release()
+		return nil, ctx.Err()
+	}
+	return func() {
+		<-l.sem
+		release()
+	}, nil
 }

@@ -90,7 +90,7 @@ func (c *Client) DrainAllocations(ctx context.Context, releaseWait time.Duration
 	// What the servers did not release is detached here, as the orphan
 	// sweep does: through nodeDetach, under the volume's lock.
 	for _, u := range c.usage.All() {
-		detached, err := (&ClientCSI{c: c}).nodeDetach(drainDetachName, &nodeDetachRequest{
+		detached, err := (&ClientCSI{c: c}).nodeDetach(ctx, drainDetachName, &nodeDetachRequest{
 			VolumeUsage: u, recorded: true, onlyRecorded: true,
 		})
 		if err != nil {

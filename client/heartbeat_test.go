@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
@@ -71,7 +72,7 @@ func isHeartbeat(r any) bool {
 func TestHeartbeat_FingerprintsOnlyWhenChanged(t *testing.T) {
 	t.Parallel()
 	fake := newFakeServer(t)
-	fp := &fakeFingerprinter{node: testutil.NodeInfo("fake", "n1", true)}
+	fp := &fakeFingerprinter{node: mock.NodeInfo("fake", "n1", true)}
 	c := testClient(t, []string{fake.addr}, withFakePlugin(fp))
 	waitRegistered(t, c)
 
@@ -93,7 +94,7 @@ func TestHeartbeat_FingerprintsOnlyWhenChanged(t *testing.T) {
 
 	// A change goes out at once (well before the next ~200 ms heartbeat)
 	// with the side that changed only.
-	changed := testutil.NodeInfo("fake", "n1", true)
+	changed := mock.NodeInfo("fake", "n1", true)
 	changed.NodeInfo.MaxVolumes = 7
 	before := len(fake.recorded())
 	fp.set(changed)
@@ -115,7 +116,7 @@ func TestHeartbeat_FingerprintsOnlyWhenChanged(t *testing.T) {
 func TestHeartbeat_ReRegistersWhenLost(t *testing.T) {
 	t.Parallel()
 	fake := newFakeServer(t)
-	fp := &fakeFingerprinter{node: testutil.NodeInfo("fake", "n1", true)}
+	fp := &fakeFingerprinter{node: mock.NodeInfo("fake", "n1", true)}
 	c := testClient(t, []string{fake.addr}, withFakePlugin(fp))
 	waitRegistered(t, c)
 	waitRequest(t, fake, 1, isHeartbeat)

@@ -129,7 +129,7 @@ func (m *allocManager) sweep(ctx context.Context, lastErr map[string]string) (pe
 			pending = true
 			continue
 		}
-		detached, err := (&ClientCSI{c: m.c}).nodeDetach(orphanSweepName, &nodeDetachRequest{
+		detached, err := (&ClientCSI{c: m.c}).nodeDetach(m.c.ctx, orphanSweepName, &nodeDetachRequest{
 			VolumeUsage: u, recorded: true, onlyRecorded: true,
 		})
 		if err != nil {

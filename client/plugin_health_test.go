@@ -7,15 +7,15 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
-	"github.com/volplane/volplane/testutil"
 )
 
 func TestPluginHealth_Hysteresis(t *testing.T) {
 	h := newPluginHealth("dev", "", 3, time.Minute)
 	now := time.Unix(1000, 0)
 	tick := func() time.Time { now = now.Add(time.Second); return now }
-	ctrl, node := testutil.ControllerInfo("dev", true), testutil.NodeInfo("dev", "n1", true)
+	ctrl, node := mock.ControllerInfo("dev", true), mock.NodeInfo("dev", "n1", true)
 
 	c, n := h.report()
 	must.Nil(t, c)
@@ -87,7 +87,7 @@ func TestPluginHealth_NeverHealthyIsUnhealthyAtOnce(t *testing.T) {
 
 	// A plugin that answers but is not ready shows what it answered.
 	h := newPluginHealth("dev", "", 3, time.Minute)
-	notReady := testutil.NodeInfo("dev", "n1", false)
+	notReady := mock.NodeInfo("dev", "n1", false)
 	h.observe(time.Unix(1, 0), nil, notReady, nil, false)
 	_, n := h.report()
 	must.False(t, n.Healthy)
@@ -97,7 +97,7 @@ func TestPluginHealth_NeverHealthyIsUnhealthyAtOnce(t *testing.T) {
 func TestPluginHealth_GoneSocket(t *testing.T) {
 	h := newPluginHealth("dev", "", 3, 10*time.Second)
 	start := time.Unix(1000, 0)
-	node := testutil.NodeInfo("dev", "n1", true)
+	node := mock.NodeInfo("dev", "n1", true)
 	h.observe(start, nil, node, nil, false)
 
 	gone := errors.New("plugin socket /x/csi.sock: no such file")

@@ -135,7 +135,7 @@ func (c *Client) newPool() *rpc.ConnPool {
 		// the servers reach the client. Heartbeats keep it busy anyway.
 		MaxIdle: keepSessionFor,
 		AcceptStreams: func(stream net.Conn) {
-			c.rpcServer.ServeCodec(rpc.NewServerCodec(stream, 0))
+			c.rpcServer.ServeCodec(c.calls.ServerCodec(rpc.NewServerCodec(stream, 0)))
 		},
 	})
 }

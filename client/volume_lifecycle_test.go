@@ -7,9 +7,9 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/structs"
-	"github.com/volplane/volplane/testutil"
 )
 
 // Registering a volume of a plugin with a controller asks a controller to
@@ -33,7 +33,7 @@ func TestClient_VolumeRegisterCreateDelete(t *testing.T) {
 	srv := servers[0]
 
 	// The plugin does not know this volume: registration is refused.
-	unknown := testutil.CSIVolume("dev")
+	unknown := mock.CSIVolume("dev")
 	unknown.Parameters = nil
 	err := srv.RPC("CSIVolume.Register", &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{unknown}}, &structs.CSIVolumeRegisterResponse{})
 	must.Error(t, err)
@@ -41,7 +41,7 @@ func TestClient_VolumeRegisterCreateDelete(t *testing.T) {
 	must.StrContains(t, err.Error(), "NotFound")
 
 	// Created through the controller, then updated: validated this time.
-	vol := testutil.CSIVolume("dev")
+	vol := mock.CSIVolume("dev")
 	vol.ExternalID, vol.Parameters = "", nil
 	var created structs.CSIVolumeCreateResponse
 	must.NoError(t, srv.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{vol}}, &created))

@@ -1,10 +1,15 @@
 // Package clientrpc carries calls from servers to client agents. A client
 // agent holds one yamux session with one server; the Forwarder finds the
 // session of the node a call is for, on this server or on another one, and
-// makes the call over it with a deadline.
+// makes the call over it within its context's deadline. Client is the
+// servers' typed client for the ClientCSI calls on top of it; Calls is the
+// agent's side, which ends a plugin call when the server that asked for it
+// goes away. Method names are strings only on the wire.
 package clientrpc
 
 import (
+	"context"
+	"errors"
 	"sort"
 	"sync"
 	"time"
@@ -34,7 +39,8 @@ type Forwarder struct {
 	logger  hclog.Logger
 }
 
-// New returns a Forwarder whose calls to a client end after timeout.
+// New returns a Forwarder whose calls to a client end after timeout when
+// their context has no earlier deadline.
 func New(servers Servers, timeout time.Duration, logger hclog.Logger) *Forwarder {
 	return &Forwarder{servers: servers, timeout: timeout, logger: logger}
 }
@@ -44,20 +50,48 @@ func ErrNoPath(nodeID string) error {
 	return structs.NewError(structs.ErrCodeNoNodeConn, "no path to node %q: no server holds a connection with its agent", nodeID)
 }
 
-// CallNode calls method on the agent of nodeID. When this server holds the
-// node's session the call goes over it; otherwise, unless localOnly, the
-// server that holds it is found with Status.HasNodeConn and the call (args
-// marked forwarded) is sent there under the same method name, for that
-// server to make over its session. A server that received a forwarded call
-// passes localOnly so a call never travels further than one hop.
-func (f *Forwarder) CallNode(nodeID, method string, args, reply any, localOnly bool) (err error) {
+// timedCall is a request that carries how long its caller waits
+// (structs.ClientCSITarget).
+type timedCall interface {
+	SetCallTimeout(time.Duration)
+}
+
+// answerMargin is the part of a call's time kept for the answer's way back:
+// the agent is told to give up that much before the caller does, so that
+// the caller hears why (a plugin's DeadlineExceeded) instead of timing out.
+func answerMargin(left time.Duration) time.Duration {
+	return min(left/10, 2*time.Second)
+}
+
+// CallNode calls method on the agent of nodeID within ctx (and the
+// Forwarder's timeout). When this server holds the node's session the call
+// goes over it; otherwise, unless localOnly, the server that holds it is
+// found with Status.HasNodeConn and the call (args marked forwarded) is
+// sent there under the same method name, for that server to make over its
+// session. A server that received a forwarded call passes localOnly so a
+// call never travels further than one hop. The request carries the time
+// left (see structs.ClientCSITarget.Timeout), so the agent, and a server
+// the call is forwarded to, give up when the caller does.
+//
+// Errors are typed: a session that broke, or an agent that did not answer,
+// is ErrCodeNoNodeConn; a call cut short by ctx is ErrCodeRetryable with
+// ctx's error as its cause; the agent's own errors keep their code.
+func (f *Forwarder) CallNode(ctx context.Context, nodeID, method string, args, reply any, localOnly bool) (err error) {
 	defer metrics.ObserveClientRPC(method, time.Now(), &err)
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	if ctx.Err() != nil {
+		return callFailed(ctx, ctx.Err(), "calling %s on node %q", method, nodeID)
+	}
+	deadline, _ := ctx.Deadline()
+	left := time.Until(deadline)
+	if t, ok := args.(timedCall); ok {
+		t.SetCallTimeout(left - answerMargin(left))
+	}
 	if sess, ok := f.servers.LocalNodeSession(nodeID); ok {
-		err := rpc.CallOnSession(sess, method, args, reply, f.timeout)
+		err := rpc.CallOnSessionContext(ctx, sess, method, args, reply)
 		if rpc.IsConnError(err) {
-			// The session broke mid-call or the agent did not answer in
-			// time: the caller may try another node.
-			return structs.NewError(structs.ErrCodeNoNodeConn, "calling %s on node %q: %v", method, nodeID, err)
+			return callFailed(ctx, err, "calling %s on node %q", method, nodeID)
 		}
 		return err
 	}
@@ -72,11 +106,28 @@ func (f *Forwarder) CallNode(nodeID, method string, args, reply any, localOnly b
 		info.SetForwarded()
 	}
 	f.logger.Trace("forwarding client call", "method", method, "node_id", nodeID, "server", addr)
+	// The server the call goes to is bounded by the timeout the request
+	// carries, so this waits no longer than that (and the pool's deadline).
 	err = f.servers.ServerRPC(addr, method, args, reply)
 	if rpc.IsConnError(err) {
-		return structs.NewError(structs.ErrCodeNoNodeConn, "forwarding %s for node %q to server %s: %v", method, nodeID, addr, err)
+		return callFailed(ctx, err, "forwarding %s for node %q to server %s", method, nodeID, addr)
 	}
 	return err
+}
+
+// callFailed types a call's transport failure: ErrCodeRetryable when ctx
+// cut it short (its error stays the cause), ErrCodeNoNodeConn otherwise
+// (the caller may try another node).
+func callFailed(ctx context.Context, err error, format string, args ...any) error {
+	what := structs.NewError(structs.ErrCodeNoNodeConn, format, args...)
+	if cause := ctx.Err(); cause != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		why := "the call was cancelled"
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(cause, context.DeadlineExceeded) {
+			why = "no answer before the call's deadline"
+		}
+		return &structs.Error{Code: structs.ErrCodeRetryable, Message: what.Message + ": " + why, Cause: err}
+	}
+	return &structs.Error{Code: structs.ErrCodeNoNodeConn, Message: what.Message + ": " + err.Error(), Cause: err}
 }
 
 // findServer asks every other server whether it holds the node's session and

@@ -38,6 +38,17 @@ func claimedVolume() *structs.CSIVolume {
 				Mode: structs.CSIVolumeClaimWrite, AccessMode: "single-node-writer", AttachmentMode: "file-system",
 				PublishContext: map[string]string{"token": "publish-secret"},
 			},
+			// Being released: the live claim stays until it is freed.
+			"c9d0e1f2-0000-0000-0000-000000000003": {
+				AllocationID: "c9d0e1f2-0000-0000-0000-000000000003", NodeID: "node0001-aaaa-bbbb-cccc-000000000001",
+				Mode: structs.CSIVolumeClaimWrite, AccessMode: "single-node-writer", AttachmentMode: "file-system",
+			},
+		},
+		ReadClaims: map[string]*structs.CSIVolumeClaim{
+			"e5f6a7b8-0000-0000-0000-000000000002": {
+				AllocationID: "e5f6a7b8-0000-0000-0000-000000000002", NodeID: "node0002-aaaa-bbbb-cccc-000000000002",
+				Mode: structs.CSIVolumeClaimRead, AccessMode: "single-node-writer", AttachmentMode: "file-system",
+			},
 		},
 		PastClaims: map[string]*structs.CSIVolumeClaim{
 			"e5f6a7b8-0000-0000-0000-000000000002": {
@@ -46,6 +57,11 @@ func claimedVolume() *structs.CSIVolume {
 				State: structs.CSIVolumeClaimStateNodeDetached, Attempts: 3,
 				LastError:   "controller unpublish: rpc error: code = Unavailable\ndesc = plugin gone",
 				NextAttempt: nextAttempt.UnixNano(),
+			},
+			"c9d0e1f2-0000-0000-0000-000000000003": {
+				AllocationID: "c9d0e1f2-0000-0000-0000-000000000003", NodeID: "node0001-aaaa-bbbb-cccc-000000000001",
+				Mode: structs.CSIVolumeClaimWrite, AccessMode: "single-node-writer", AttachmentMode: "file-system",
+				State: structs.CSIVolumeClaimStateWaitingForClient, Note: structs.WaitingForClientNote,
 			},
 		},
 	}
@@ -93,9 +109,10 @@ Topology  Segments
 01        rack=R1, zone=z1
 
 Claims
-Claim  Allocation ID  Node ID   Mode   Access Mode         State          Attempts  Last Error                                                              Next Attempt
-write  a1b2c3d4       node0001  write  single-node-writer  taken          0         <none>                                                                  <none>
-past   e5f6a7b8       node0002  read   single-node-writer  node-detached  3         controller unpublish: rpc error: code = Unavailable desc = plugin gone  ` + next + `
+Claim  Allocation ID  Node ID   Mode   Access Mode         State               Attempts  Last Error                                                              Next Attempt
+write  a1b2c3d4       node0001  write  single-node-writer  taken               0         <none>                                                                  <none>
+past   c9d0e1f2       node0001  write  single-node-writer  waiting-for-client  0         waiting for the client to stop tasks                                    <none>
+past   e5f6a7b8       node0002  read   single-node-writer  node-detached       3         controller unpublish: rpc error: code = Unavailable desc = plugin gone  ` + next + `
 `
 	must.Eq(t, want, r.out)
 	for _, secret := range []string{"hunter2", "topsecret", "publish-secret", "replicas"} {

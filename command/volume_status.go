@@ -178,12 +178,15 @@ func formatVolume(v *structs.CSIVolume, verbose bool) string {
 	return b.String()
 }
 
+// formatClaims lists each allocation's claim once: a claim being released
+// keeps its live claim until it is freed, and is shown as the past claim,
+// with its release progress.
 func formatClaims(v *structs.CSIVolume, verbose bool) string {
 	var rows [][]string
 	add := func(kind string, m map[string]*structs.CSIVolumeClaim) {
 		for _, id := range slices.Sorted(maps.Keys(m)) {
 			cl := m[id]
-			if cl == nil {
+			if cl == nil || kind != "past" && v.PastClaims[id] != nil {
 				continue
 			}
 			lastError := cl.LastError

@@ -15,6 +15,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -78,7 +79,7 @@ func registerNodes(t *testing.T, c Cluster, s Server, n int, plugin string) []*s
 	defer pool.Close()
 	var nodes []*structs.Node
 	for range n {
-		node := testutil.Node(plugin)
+		node := mock.Node(plugin)
 		var resp structs.NodeUpdateResponse
 		err := pool.RPC(s.RPCAddr(), "Node.Register", &structs.NodeRegisterRequest{Node: node}, &resp)
 		must.NoError(t, err, must.Sprintf("registering node %s through %s", node.ID, s.Name()))
@@ -226,9 +227,13 @@ func tableRows(out string) [][]string {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	var rows [][]string
 	for _, l := range lines[1:] {
-		if f := strings.Fields(l); len(f) > 0 {
-			rows = append(rows, f)
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			// The table ends at the first blank line; a note may follow
+			// (the cluster's security, under node status and list-peers).
+			break
 		}
+		rows = append(rows, f)
 	}
 	return rows
 }

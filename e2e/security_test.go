@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -236,7 +238,7 @@ func (a *attacker) clientCertCalls(t *testing.T) {
 func (a *attacker) unintroducedNode(t *testing.T) {
 	s := a.leader(t)
 	p := a.pool(t, a.configurator(t, a.c.tls.client))
-	n := testutil.Node(pluginID)
+	n := mock.Node(pluginID)
 	err := p.RPC(s.RPCAddr(), "Node.Register", &structs.NodeRegisterRequest{Node: n}, &structs.NodeUpdateResponse{})
 	must.Eq(t, structs.ErrCodePermissionDenied, structs.CodeOf(err), must.Sprint(err))
 	must.StrContains(t, err.Error(), "requires a node introduction token")
@@ -248,7 +250,7 @@ func (a *attacker) unintroducedNode(t *testing.T) {
 func (a *attacker) duplicateStorageNode(t *testing.T) {
 	s := a.leader(t)
 	p := a.pool(t, a.configurator(t, a.c.tls.client))
-	n := testutil.Node(pluginID)
+	n := mock.Node(pluginID)
 	// The storage node ID the plugin behind c1 reports.
 	n.CSINodePlugins[pluginID].NodeInfo.ID = "storage-a"
 	err := p.RPC(s.RPCAddr(), "Node.Register", &structs.NodeRegisterRequest{Node: n, IntroToken: introSecret}, &structs.NodeUpdateResponse{})
@@ -362,44 +364,60 @@ func (a *attacker) badCertificates(t *testing.T) {
 		must.StrContains(t, err.Error(), "TLS handshake", must.Sprint(name))
 	}
 	expectClosed(t, s.RPCAddr(), append([]byte{rpc.RPCTLS}, []byte("GET / HTTP/1.1\r\n\r\n")...))
-	a.serverLogged(t, "refusing connection: TLS handshake failed", "certificate signed by unknown authority")
+	// A certificate of another CA is not even sent: the server names the
+	// CAs it accepts.
+	a.serverLogged(t, "refusing connection: TLS handshake failed", "client didn't provide a certificate")
 	a.serverLogged(t, "refusing connection: TLS handshake failed", "expired")
 }
 
 // rotateUnderLoad issues new server certificates, writes them over the
 // files the servers were started with and SIGHUPs every server while a
-// writer registers volumes; every new TLS connection then meets the new
-// certificate, and every acknowledged write is on every server.
+// writer keeps making Raft writes (node introduction tokens) through the
+// leader; every new TLS connection then meets the new certificate, and
+// every acknowledged write is on every server.
 func (a *attacker) rotateUnderLoad(t *testing.T) {
 	s := a.leader(t)
 	stop := make(chan struct{})
-	acked := make(chan []string, 1)
+	done := make(chan struct{})
+	var mu sync.Mutex
+	var acked []string
 	go func() {
-		var ids []string
-		defer func() { acked <- ids }()
+		defer close(done)
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			id := fmt.Sprintf("rot-%d", i)
-			body := fmt.Sprintf(`{"Volumes":[{"ID":%q,"Name":%q,"PluginID":%q,"RequestedCapabilities":[{"AccessMode":"single-node-writer","AttachmentMode":"file-system"}]}]}`, id, id, pluginID)
-			res, err := doHTTP(http.MethodPut, s.HTTPAddr()+"/v1/volume/csi/"+id, strings.NewReader(body))
+			name := fmt.Sprintf("rot-%d", i)
+			res, err := doHTTP(http.MethodPut, s.HTTPAddr()+"/v1/operator/node-intro", strings.NewReader(fmt.Sprintf(`{"Name":%q}`, name)))
 			if err == nil && res.Status == http.StatusOK {
-				ids = append(ids, id)
+				mu.Lock()
+				acked = append(acked, name)
+				mu.Unlock()
 			}
 		}
 	}()
+	ackedCount := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked)
+	}
+	waitAcked := func(n int) {
+		testutil.WaitForResult(t, leaderTimeout, func() (bool, error) {
+			return ackedCount() >= n, fmt.Errorf("%d writes acknowledged, want %d", ackedCount(), n)
+		})
+	}
+	waitAcked(5)
+
 	fresh, err := a.c.tls.issue("server-rotated", tlsutil.CertOptions{Role: tlsutil.RoleServer})
 	must.NoError(t, err)
 	must.NoError(t, copyFile(fresh.cert, a.c.tls.server.cert))
 	must.NoError(t, copyFile(fresh.key, a.c.tls.server.key))
 	want := certSerial(t, fresh.cert)
 	for _, srv := range a.c.Servers() {
-		<-a.c.signal(t, srv.(*procServer).process, syscall.SIGHUP, false)
+		a.c.signal(t, srv.(*procServer).process, syscall.SIGHUP, false)
 	}
-	a.serverLogged(t, "reloaded TLS certificates")
 	cfg := a.configurator(t, a.c.tls.client)
 	for _, srv := range a.c.Servers() {
 		testutil.WaitForResult(t, requestTimeout, func() (bool, error) {
@@ -407,16 +425,24 @@ func (a *attacker) rotateUnderLoad(t *testing.T) {
 			return err == nil && got == want, fmt.Errorf("%s presents serial %s (%v), want %s", srv.Name(), got, err, want)
 		})
 	}
+	a.serverLogged(t, "reloaded TLS certificates")
+	waitAcked(ackedCount() + 5)
 	close(stop)
-	ids := <-acked
-	must.SliceNotEmpty(t, ids)
-	t.Logf("%d volumes written during the rotation", len(ids))
+	<-done
+	t.Logf("%d writes acknowledged across the rotation", len(acked))
 	for _, srv := range a.c.Servers() {
 		testutil.WaitForResult(t, leaderTimeout, func() (bool, error) {
-			got, _ := volumeList(t, srv, "?stale")
-			for _, id := range ids {
-				if !slices.Contains(got, id) {
-					return false, fmt.Errorf("%s lacks acknowledged volume %s", srv.Name(), id)
+			var tokens []*structs.NodeIntroToken
+			if err := getJSON(srv.HTTPAddr()+"/v1/operator/node-intro?stale", &tokens); err != nil {
+				return false, err
+			}
+			names := map[string]bool{}
+			for _, tok := range tokens {
+				names[tok.Name] = true
+			}
+			for _, name := range acked {
+				if !names[name] {
+					return false, fmt.Errorf("%s lacks acknowledged write %s", srv.Name(), name)
 				}
 			}
 			return true, nil
@@ -444,8 +470,6 @@ func presentedSerial(addr string, cfg *tls.Config) (string, error) {
 	}
 	return tc.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
 }
-
-
 
 // certSerial is the serial number of the PEM certificate at path.
 func certSerial(t *testing.T, path string) string {

@@ -134,10 +134,25 @@ func RPCRefused(method, role string) { rpcRefused.WithLabelValues(method, role).
 // method, or an HTTP route's endpoint name).
 func ACLDenied(endpoint string) { aclDenied.WithLabelValues(endpoint).Inc() }
 
-// ACLDeniedCount is the count of ACLDenied for an endpoint, for tests.
-func ACLDeniedCount(endpoint string) float64 {
-	m := &dto.Metric{}
-	if err := aclDenied.WithLabelValues(endpoint).Write(m); err != nil {
+// ACLDeniedCount is the count of ACLDenied for an endpoint so far.
+func ACLDeniedCount(endpoint string) float64 { return counterValue(aclDenied, endpoint) }
+
+// ReleaseCounts returns the attempts and failures of a release step counted
+// so far by this process (every server in it), as the release counters
+// show them.
+func ReleaseCounts(step string) (attempts, failures float64) {
+	return counterValue(releaseAttempts, step), counterValue(releaseFailures, step)
+}
+
+func counterValue(v *prometheus.CounterVec, label string) float64 {
+	c, err := v.GetMetricWithLabelValues(label)
+	if err != nil {
+		return 0
+	}
+	ch := make(chan prometheus.Metric, 1)
+	c.Collect(ch)
+	var m dto.Metric
+	if err := (<-ch).Write(&m); err != nil {
 		return 0
 	}
 	return m.GetCounter().GetValue()

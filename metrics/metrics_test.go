@@ -95,3 +95,16 @@ func TestMetrics_CallbacksRemoved(t *testing.T) {
 	must.StrContains(t, text, "volplane_volumewatcher_queue_depth 0")
 	must.StrNotContains(t, text, "volplane_csi_past_claims{")
 }
+
+func TestMetrics_ReleaseCounts(t *testing.T) {
+	attempts, failures := ReleaseCounts(StepController)
+	ReleaseAttempt(StepController)
+	ReleaseAttempt(StepController)
+	ReleaseFailure(StepController)
+	a, f := ReleaseCounts(StepController)
+	must.Eq(t, attempts+2, a)
+	must.Eq(t, failures+1, f)
+	text := scrape(t)
+	must.Eq(t, a, value(t, text, `volplane_claim_release_attempts_total{step="controller-detach"}`), must.Sprint("the counters the scrape shows"))
+	must.Eq(t, f, value(t, text, `volplane_claim_release_failures_total{step="controller-detach"}`))
+}

@@ -2,6 +2,8 @@ package rpc
 
 import (
 	"crypto/tls"
+
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -217,6 +219,49 @@ func CallOnSession(sess *yamux.Session, method string, args, reply any, timeout 
 		return connErr(err)
 	}
 	return callOnStream(stream, method, args, reply, timeout)
+}
+
+// CallOnSessionContext is CallOnSession bounded by ctx: the call ends at
+// ctx's deadline, and when ctx is cancelled the stream is closed at once,
+// which the agent serving it sees (clientrpc cancels the call there too).
+// A call that ends because of ctx returns a connection error whose chain
+// holds ctx's error, so errors.Is(err, context.DeadlineExceeded) works.
+func CallOnSessionContext(ctx context.Context, sess *yamux.Session, method string, args, reply any) error {
+	if err := ctx.Err(); err != nil {
+		return connErr(err)
+	}
+	stream, err := sess.Open()
+	if err != nil {
+		return connErr(err)
+	}
+	var timeout time.Duration
+	deadline, hasDeadline := ctx.Deadline()
+	if hasDeadline {
+		if timeout = time.Until(deadline); timeout <= 0 {
+			stream.Close()
+			return connErr(context.DeadlineExceeded)
+		}
+	}
+	// Closing sends the agent the end of the stream; the deadline wakes
+	// this side's reader, which a half-closed yamux stream would not.
+	stop := context.AfterFunc(ctx, func() {
+		stream.Close()
+		_ = stream.SetDeadline(time.Now())
+	})
+	defer stop()
+	err = callOnStream(stream, method, args, reply, timeout)
+	if err == nil || !IsConnError(err) {
+		return err
+	}
+	cause := ctx.Err()
+	if cause == nil && hasDeadline && !time.Now().Before(deadline) {
+		// The stream's deadline, set from ctx's, fired before ctx's timer.
+		cause = context.DeadlineExceeded
+	}
+	if cause != nil {
+		return connErr(fmt.Errorf("%w: %v", cause, err))
+	}
+	return err
 }
 
 // callOnStream makes one call on a fresh stream and closes it.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/scheduler"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -87,7 +88,7 @@ func claimFor(t *testing.T, s *Server, node *structs.Node, a *structs.Allocation
 }
 
 func namedVolume(id string) *structs.CSIVolume {
-	v := testutil.CSIVolume("dev")
+	v := mock.CSIVolume("dev")
 	v.ID, v.Name, v.ExternalID = id, id, "ext-"+id
 	return v
 }
@@ -102,7 +103,7 @@ func TestClaim_PerAllocJobPlacedClaimedAndPublished(t *testing.T) {
 	eps := map[string]*agentEndpoint{}
 	nodes := map[string]*structs.Node{}
 	for i := 0; i < 2; i++ {
-		n := testutil.NodeWithController("dev")
+		n := mock.NodeWithController("dev")
 		eps[n.ID] = &agentEndpoint{}
 		nodes[n.ID] = n
 		connectAgent(t, f[i], n, eps[n.ID])
@@ -167,7 +168,7 @@ func TestClaim_MultiNodeReaderFromBothNodes(t *testing.T) {
 	WaitForLeader(t, s)
 	nodes := map[string]*structs.Node{}
 	for i := 0; i < 2; i++ {
-		n := testutil.NodeWithController("dev")
+		n := mock.NodeWithController("dev")
 		nodes[n.ID] = n
 		connectAgent(t, s, n, &agentEndpoint{})
 	}
@@ -204,7 +205,7 @@ func TestJob_RegisterRefusesSingleNodeWriterCountTwo(t *testing.T) {
 func TestClaim_ConcurrentWritersOneWins(t *testing.T) {
 	servers := TestCluster(t, 3, nil)
 	leader := WaitForLeader(t, servers...)
-	node := testutil.NodeWithController("dev")
+	node := mock.NodeWithController("dev")
 	connectAgent(t, leader, node, &agentEndpoint{})
 	registerVolume(t, leader, namedVolume("contended"))
 
@@ -257,7 +258,7 @@ func TestClaim_ConcurrentWritersOneWins(t *testing.T) {
 func TestPlacer_WaitsForVolumeThenPlaces(t *testing.T) {
 	s := TestServer(t, nil)
 	WaitForLeader(t, s)
-	connectAgent(t, s, testutil.NodeWithController("dev"), &agentEndpoint{})
+	connectAgent(t, s, mock.NodeWithController("dev"), &agentEndpoint{})
 	req := &structs.VolumeRequest{Source: "later", AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter}
 	must.NoError(t, registerJob(t, s, volumeJob("waiting", 1, req)))
 
@@ -290,7 +291,7 @@ func TestPlacer_FailedAllocationReplacedAfterDelay(t *testing.T) {
 		c.ReschedulePolicy = scheduler.ReschedulePolicy{BaseDelay: delay, MaxDelay: time.Minute}
 	})
 	WaitForLeader(t, s)
-	node := testutil.NodeWithController("dev")
+	node := mock.NodeWithController("dev")
 	connectAgent(t, s, node, &agentEndpoint{})
 	registerVolume(t, s, namedVolume("data"))
 	req := &structs.VolumeRequest{Source: "data", AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,118 +13,81 @@ import (
 	"github.com/volplane/volplane/structs"
 )
 
-// ClientCSI is the server side of the calls servers make to client agents'
-// CSI plugins. A controller call goes to a healthy controller instance of
-// the plugin, tried in a stable order (the same controller keeps getting the
-// calls, which plugins that elect a leader need), moving on when an instance
-// says it cannot serve (retryable) or its node cannot be reached. A node call
-// goes to the named node. Either is made over the session this server holds
-// with the node, or forwarded once to the server that holds it.
+// ClientCSI is the wire side of the calls servers make to client agents'
+// CSI plugins: another server, which does not hold the agent's session,
+// forwards its call here, for this server to make over its own session.
+// Calls made on this server go through the typed client (s.clientRPC)
+// directly; these methods only hand the forwarded ones to it, within the
+// time the request says its caller still waits.
 type ClientCSI struct {
 	srv *Server
 }
 
+// callContext is the context of a forwarded call: it ends when the time
+// the caller said it waits is up (the client's own limit otherwise), when
+// the connection it came on ends (the caller gave up or died), or on
+// shutdown.
+func (e *ClientCSI) callContext(args any) (context.Context, context.CancelFunc) {
+	return e.srv.calls.Context(args)
+}
+
 // ControllerAttachVolume publishes a volume to a node through a controller.
 func (e *ClientCSI) ControllerAttachVolume(args *structs.ClientCSIControllerAttachVolumeRequest, reply *structs.ClientCSIControllerAttachVolumeResponse) error {
-	if args.VolumeID == "" || args.ClientCSINodeID == "" {
-		return structs.ErrInvalid("controller attach volume: missing volume ID or provider node ID")
+	ctx, cancel := e.callContext(args)
+	defer cancel()
+	resp, err := e.srv.clientRPC.ControllerAttachVolume(ctx, args)
+	if err != nil {
+		return err
 	}
-	return e.srv.controllerRPC("ClientCSI.ControllerAttachVolume", args.PluginID, &args.ClientCSITarget, &args.WriteRequest, args, reply)
+	*reply = *resp
+	return nil
 }
 
 // ControllerDetachVolume unpublishes a volume from a node through a controller.
 func (e *ClientCSI) ControllerDetachVolume(args *structs.ClientCSIControllerDetachVolumeRequest, reply *structs.ClientCSIEmptyResponse) error {
-	if args.VolumeID == "" || args.ClientCSINodeID == "" {
-		return structs.ErrInvalid("controller detach volume: missing volume ID or provider node ID")
-	}
-	return e.srv.controllerRPC("ClientCSI.ControllerDetachVolume", args.PluginID, &args.ClientCSITarget, &args.WriteRequest, args, reply)
+	ctx, cancel := e.callContext(args)
+	defer cancel()
+	return e.srv.clientRPC.ControllerDetachVolume(ctx, args)
 }
 
 // ControllerValidateVolume asks a controller whether a volume supports its
 // capabilities.
 func (e *ClientCSI) ControllerValidateVolume(args *structs.ClientCSIControllerValidateVolumeRequest, reply *structs.ClientCSIEmptyResponse) error {
-	if args.VolumeID == "" {
-		return structs.ErrInvalid("controller validate volume: missing volume ID")
-	}
-	return e.srv.controllerRPC("ClientCSI.ControllerValidateVolume", args.PluginID, &args.ClientCSITarget, &args.WriteRequest, args, reply)
+	ctx, cancel := e.callContext(args)
+	defer cancel()
+	return e.srv.clientRPC.ControllerValidateVolume(ctx, args)
 }
 
 // ControllerCreateVolume creates a volume through a controller.
 func (e *ClientCSI) ControllerCreateVolume(args *structs.ClientCSIControllerCreateVolumeRequest, reply *structs.ClientCSIControllerCreateVolumeResponse) error {
-	if args.Name == "" {
-		return structs.ErrInvalid("controller create volume: missing name")
+	ctx, cancel := e.callContext(args)
+	defer cancel()
+	resp, err := e.srv.clientRPC.ControllerCreateVolume(ctx, args)
+	if err != nil {
+		return err
 	}
-	return e.srv.controllerRPC("ClientCSI.ControllerCreateVolume", args.PluginID, &args.ClientCSITarget, &args.WriteRequest, args, reply)
+	*reply = *resp
+	return nil
 }
 
 // ControllerDeleteVolume deletes a volume through a controller.
 func (e *ClientCSI) ControllerDeleteVolume(args *structs.ClientCSIControllerDeleteVolumeRequest, reply *structs.ClientCSIEmptyResponse) error {
-	if args.VolumeID == "" {
-		return structs.ErrInvalid("controller delete volume: missing volume ID")
-	}
-	return e.srv.controllerRPC("ClientCSI.ControllerDeleteVolume", args.PluginID, &args.ClientCSITarget, &args.WriteRequest, args, reply)
+	ctx, cancel := e.callContext(args)
+	defer cancel()
+	return e.srv.clientRPC.ControllerDeleteVolume(ctx, args)
 }
 
 // NodeDetachVolume unpublishes (and unstages) an allocation's volume on the
 // node it ran on.
 func (e *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequest, reply *structs.ClientCSIEmptyResponse) error {
-	if args.NodeID == "" || args.AllocID == "" || args.VolumeID == "" {
-		return structs.ErrInvalid("node detach volume: missing node ID, allocation ID or volume ID")
-	}
-	forwarded := args.IsForwarded()
-	err := e.srv.clientRPC.CallNode(args.NodeID, "ClientCSI.NodeDetachVolume", args, reply, forwarded)
-	return structs.Wrap(err, "node detach volume %q on node %q", args.VolumeID, args.NodeID)
+	ctx, cancel := e.callContext(args)
+	defer cancel()
+	return e.srv.clientRPC.NodeDetachVolume(ctx, args)
 }
 
-// controllerRPC runs a controller call on the plugin's controllers in order.
-func (s *Server) controllerRPC(method, pluginID string, target *structs.ClientCSITarget, w *structs.WriteRequest, args, reply any) error {
-	what := controllerWhat(method)
-	if pluginID == "" {
-		return structs.ErrInvalid("%s: missing plugin ID", what)
-	}
-	// A server that received a forwarded call with its node chosen only
-	// tries that node, over its own session.
-	// The server that forwarded it names the call in its error.
-	if w.IsForwarded() && target.NodeID != "" {
-		return s.clientRPC.CallNode(target.NodeID, method, args, reply, true)
-	}
-	candidates, err := s.controllerCandidates(pluginID)
-	if err != nil {
-		return structs.Wrap(err, "%s", what)
-	}
-	if target.NodeID != "" {
-		if !slices.Contains(candidates, target.NodeID) {
-			return structs.NewError(structs.ErrCodeUnschedulable, "%s: node %q does not run a healthy controller of plugin %q", what, target.NodeID, pluginID)
-		}
-		candidates = []string{target.NodeID}
-	}
-	var errs []string
-	for _, nodeID := range candidates {
-		target.NodeID = nodeID
-		// Each attempt is a first-hop call from this server.
-		w.Forwarded = false
-		err := s.clientRPC.CallNode(nodeID, method, args, reply, false)
-		if err == nil {
-			return nil
-		}
-		switch structs.CodeOf(err) {
-		case structs.ErrCodeRetryable, structs.ErrCodeNoNodeConn:
-			s.logger.Debug("controller could not serve the call; trying the next", "method", method,
-				"plugin_id", pluginID, "node_id", nodeID, "error", err)
-			errs = append(errs, fmt.Sprintf("node %s: %s", nodeID, structs.MessageOf(err)))
-			continue
-		}
-		return structs.Wrap(err, "%s", what)
-	}
-	// Every controller was unreachable or asked us to retry: the caller may
-	// try again later.
-	return structs.NewError(structs.ErrCodeRetryable, "%s: no controller of plugin %q could serve it: %s",
-		what, pluginID, strings.Join(errs, "; "))
-}
-
-// controllerCandidates lists the nodes running a healthy controller of the
-// plugin whose node is ready, sorted by node ID.
-func (s *Server) controllerCandidates(pluginID string) ([]string, error) {
+// ControllerNodes implements clientrpc.Controllers: the nodes running a
+// healthy controller of the plugin whose node is ready, sorted by node ID.
+func (s *Server) ControllerNodes(pluginID string) ([]string, error) {
 	st := s.State()
 	plugin, err := st.CSIPluginByID(nil, pluginID)
 	if err != nil {
@@ -161,20 +125,6 @@ func (s *Server) controllerCandidates(pluginID string) ([]string, error) {
 			pluginID, strings.Join(reasons, "; "))
 	}
 	return out, nil
-}
-
-// controllerWhat turns "ClientCSI.ControllerAttachVolume" into "controller
-// attach volume" for error messages.
-func controllerWhat(method string) string {
-	name := strings.TrimPrefix(method, "ClientCSI.")
-	var b strings.Builder
-	for i, r := range name {
-		if i > 0 && r >= 'A' && r <= 'Z' {
-			b.WriteByte(' ')
-		}
-		b.WriteRune(r)
-	}
-	return strings.ToLower(b.String())
 }
 
 // LocalNodeSession implements clientrpc.Servers.

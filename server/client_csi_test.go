@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/clientrpc"
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -81,12 +83,24 @@ func (a *agentEndpoint) count() int {
 // streams from the server are served by ep, as a client agent's are.
 func connectAgent(t *testing.T, s *Server, node *structs.Node, ep *agentEndpoint) *rpc.ConnPool {
 	t.Helper()
+	return connectAgentServing(t, s, node, ep, nil)
+}
+
+// connectAgentServing is connectAgent with any ClientCSI endpoint; with
+// calls set, the streams give the calls their contexts, as a client
+// agent's do.
+func connectAgentServing(t *testing.T, s *Server, node *structs.Node, ep any, calls *clientrpc.Calls) *rpc.ConnPool {
+	t.Helper()
 	srv := netrpc.NewServer()
 	must.NoError(t, srv.RegisterName("ClientCSI", ep))
 	pool := rpc.NewPool(rpc.PoolConfig{
 		Logger: hclog.NewNullLogger(),
 		AcceptStreams: func(conn net.Conn) {
-			srv.ServeCodec(rpc.NewServerCodec(conn, 0))
+			codec := rpc.NewServerCodec(conn, 0)
+			if calls != nil {
+				codec = calls.ServerCodec(codec)
+			}
+			srv.ServeCodec(codec)
 		},
 	})
 	t.Cleanup(func() { pool.Close() })
@@ -102,7 +116,7 @@ func TestClientCSI_CallReachesAgentThroughAnotherServer(t *testing.T) {
 	agentServer, caller := f[0], f[1]
 
 	ep := &agentEndpoint{}
-	node := testutil.NodeWithController("dev")
+	node := mock.NodeWithController("dev")
 	connectAgent(t, agentServer, node, ep)
 	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
 		p, err := caller.State().CSIPluginByID(nil, "dev")
@@ -151,8 +165,8 @@ func TestClientCSI_NoPathAndControllerOrder(t *testing.T) {
 	// Two connected agents: one asks to retry, the other serves. Whatever
 	// the order, the call lands on the one that serves.
 	retry, serve := &agentEndpoint{fail: structs.ErrCodeRetryable}, &agentEndpoint{}
-	connectAgent(t, s, testutil.NodeWithController("dev"), retry)
-	good := testutil.NodeWithController("dev")
+	connectAgent(t, s, mock.NodeWithController("dev"), retry)
+	good := mock.NodeWithController("dev")
 	connectAgent(t, s, good, serve)
 
 	var resp structs.ClientCSIControllerAttachVolumeResponse
@@ -194,12 +208,12 @@ func TestCSIVolume_CreateAndDelete(t *testing.T) {
 	s := TestServer(t, nil)
 	WaitForLeader(t, s)
 	ep := &agentEndpoint{}
-	connectAgent(t, s, testutil.NodeWithController("dev"), ep)
+	connectAgent(t, s, mock.NodeWithController("dev"), ep)
 
-	good := testutil.CSIVolume("dev")
+	good := mock.CSIVolume("dev")
 	good.ExternalID = ""
 	good.RequestedCapacityMin = 1 << 30
-	bad := testutil.CSIVolume("nope")
+	bad := mock.CSIVolume("nope")
 	var resp structs.CSIVolumeCreateResponse
 	err := s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{good, bad}}, &resp)
 	must.Error(t, err, must.Sprint("the volume of an unknown plugin fails"))
@@ -215,7 +229,7 @@ func TestCSIVolume_CreateAndDelete(t *testing.T) {
 	must.Nil(t, getVolume(t, s, bad.ID, false))
 
 	// Without failures the reply carries the created volume, sanitized.
-	more := testutil.CSIVolume("dev")
+	more := mock.CSIVolume("dev")
 	must.NoError(t, s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{more}}, &resp))
 	must.Len(t, 1, resp.Volumes)
 	must.Nil(t, resp.Volumes[0].Secrets)
@@ -235,7 +249,7 @@ func TestCSIVolume_CreateAndDelete(t *testing.T) {
 	must.Eq(t, structs.ErrCodeNotFound, structs.CodeOf(err))
 
 	// The plugin failing the delete leaves the volume registered.
-	vol := testutil.CSIVolume("dev")
+	vol := mock.CSIVolume("dev")
 	registerVolume(t, s, vol)
 	ep.fail = structs.ErrCodeInternal
 	err = s.RPC("CSIVolume.Delete", &structs.CSIVolumeDeleteRequest{VolumeIDs: []string{vol.ID}}, &del)

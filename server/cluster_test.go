@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -20,7 +21,7 @@ import (
 // through the given server.
 func registerNode(t *testing.T, s *Server, plugins ...string) *structs.Node {
 	t.Helper()
-	node := testutil.Node(plugins...)
+	node := mock.Node(plugins...)
 	var resp structs.NodeUpdateResponse
 	must.NoError(t, s.RPC("Node.Register", &structs.NodeRegisterRequest{Node: node}, &resp))
 	must.Positive(t, resp.Index)
@@ -59,7 +60,7 @@ func TestCluster_WriteThroughFollower(t *testing.T) {
 	f := followers(servers, leader)[0]
 
 	registerNode(t, f, "dev")
-	vol := testutil.CSIVolume("dev")
+	vol := mock.CSIVolume("dev")
 	index := registerVolume(t, f, vol)
 	must.Positive(t, index)
 
@@ -83,7 +84,7 @@ func TestCluster_LeaderFailover(t *testing.T) {
 	servers := TestCluster(t, 3, nil)
 	leader := WaitForLeader(t, servers...)
 	registerNode(t, leader, "dev")
-	before := testutil.CSIVolume("dev")
+	before := mock.CSIVolume("dev")
 	registerVolume(t, leader, before)
 
 	must.NoError(t, leader.Shutdown())
@@ -93,7 +94,7 @@ func TestCluster_LeaderFailover(t *testing.T) {
 
 	// Writes continue through either survivor.
 	for _, s := range survivors {
-		vol := testutil.CSIVolume("dev")
+		vol := mock.CSIVolume("dev")
 		registerVolume(t, s, vol)
 		must.NotNil(t, getVolume(t, s, vol.ID, false))
 	}
@@ -134,7 +135,7 @@ func TestCluster_RestartedFollowerCatchesUpFromSnapshot(t *testing.T) {
 	// what the stopped follower has.
 	var ids []string
 	for i := 0; i < 60; i++ {
-		vol := testutil.CSIVolume("dev")
+		vol := mock.CSIVolume("dev")
 		registerVolume(t, leader, vol)
 		ids = append(ids, vol.ID)
 	}
@@ -185,7 +186,7 @@ func TestServer_BlockingQuery(t *testing.T) {
 		done <- resp
 	}()
 
-	vol := testutil.CSIVolume("dev")
+	vol := mock.CSIVolume("dev")
 	index := registerVolume(t, s, vol)
 	select {
 	case resp := <-done:

@@ -123,6 +123,13 @@ type Config struct {
 	// HTTPBodyTimeout bounds the reading of one request body (default 30s).
 	HTTPBodyTimeout time.Duration
 
+	// CSICallTimeout bounds, much more tightly, the calls to client agents
+	// made while claiming and releasing volumes (a claim's controller
+	// publish, a release's node and controller detach, an operator's
+	// detach): the agent ends the plugin call when it passes, so a hung
+	// plugin holds a claim no longer than that (default 30 s).
+	CSICallTimeout time.Duration
+
 	Logger hclog.Logger
 
 	// leaderSetupHook, when set (tests), runs after the barrier of each
@@ -151,6 +158,7 @@ func DefaultConfig() *Config {
 		HeartbeatTTL:      10 * time.Second,
 		NodeGracePeriod:   10 * time.Second,
 		ClientRPCTimeout:  2 * time.Minute,
+		CSICallTimeout:    30 * time.Second,
 		ServerRPCTimeout:  10 * time.Second,
 		Region:            tlsutil.DefaultRegion,
 
@@ -213,6 +221,9 @@ func (c *Config) normalize() error {
 	}
 	if c.ClientRPCTimeout == 0 {
 		c.ClientRPCTimeout = d.ClientRPCTimeout
+	}
+	if c.CSICallTimeout == 0 {
+		c.CSICallTimeout = d.CSICallTimeout
 	}
 	if c.RPCAddr == "" {
 		c.RPCAddr = d.RPCAddr

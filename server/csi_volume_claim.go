@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+
 	"github.com/volplane/volplane/state"
 	"github.com/volplane/volplane/structs"
 )
@@ -13,6 +15,11 @@ import (
 // asked to attach the volume to the node and the publish context it returns
 // is stored on the claim. The claim stays committed if that fails: the
 // client retries, and a repeated claim is a no-op that publishes again.
+//
+// A claim that passes the checks is written and published holding the
+// volume's lock (see volumewatcher.Watcher.Lock), so its publish never
+// overlaps another operation on the volume, such as a release's unpublish
+// or a delete; a refused claim never waits for it.
 func (e *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CSIVolumeClaimResponse) error {
 	if done, err := e.srv.forward("CSIVolume.Claim", args, args, reply); done {
 		return err
@@ -60,6 +67,16 @@ func (e *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 	}
 	claim.ExternalNodeID = info.NodeInfo.ID
 
+	// The claim's write, its publish and the write of the publish context
+	// are one operation on the volume.
+	unlock, err := e.srv.lockVolume(ns, vol.ID)
+	if err != nil {
+		return structs.Wrap(err, "allocation %q", claim.AllocationID)
+	}
+	defer unlock()
+	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.CSICallTimeout)
+	defer cancel()
+
 	args.Claim = claim
 	args.Timestamp = structs.NowNano()
 	_, index, err := e.srv.raftApply(structs.CSIVolumeClaimRequestType, args)
@@ -73,14 +90,14 @@ func (e *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 		return err
 	}
 	if plugin != nil && plugin.ControllerRequired && plugin.SupportsAttachDetach() {
-		ctx, err := e.controllerPublish(vol, claim)
+		pc, err := e.controllerPublish(ctx, vol, claim)
 		if err != nil {
 			return err
 		}
-		reply.PublishContext = ctx
+		reply.PublishContext = pc
 		// Keep the context with the claim: the node needs it again after a
 		// restart, and a release needs everything the publish used.
-		claim.PublishContext = ctx
+		claim.PublishContext = pc
 		args.Timestamp = structs.NowNano()
 		if _, index, err = e.srv.raftApply(structs.CSIVolumeClaimRequestType, args); err != nil {
 			return structs.Wrap(err, "volume %q: storing the publish context", vol.ID)
@@ -131,9 +148,8 @@ func checkRequested(snap *state.StateSnapshot, vol *structs.CSIVolume, claim *st
 // node and returns the publish context. A controller that reports the
 // volume published elsewhere (FAILED_PRECONDITION) is answered retryable
 // by the client agent, so the claimant waits for that release.
-func (e *CSIVolume) controllerPublish(vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) (map[string]string, error) {
-	var resp structs.ClientCSIControllerAttachVolumeResponse
-	err := e.srv.RPC("ClientCSI.ControllerAttachVolume", &structs.ClientCSIControllerAttachVolumeRequest{
+func (e *CSIVolume) controllerPublish(ctx context.Context, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) (map[string]string, error) {
+	resp, err := e.srv.clientRPC.ControllerAttachVolume(ctx, &structs.ClientCSIControllerAttachVolumeRequest{
 		PluginID:        vol.PluginID,
 		VolumeID:        vol.RemoteID(),
 		ClientCSINodeID: claim.ExternalNodeID,
@@ -143,7 +159,7 @@ func (e *CSIVolume) controllerPublish(vol *structs.CSIVolume, claim *structs.CSI
 		ReadOnly:        claim.Mode == structs.CSIVolumeClaimRead,
 		Secrets:         vol.Secrets,
 		VolumeContext:   vol.Context,
-	}, &resp)
+	})
 	if err != nil {
 		return nil, structs.Wrap(err, "volume %q: allocation %q: controller publish", vol.ID, claim.AllocationID)
 	}

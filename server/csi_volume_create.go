@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/volplane/volplane/state"
@@ -115,8 +117,16 @@ func (e *CSIVolume) prepareCreate(snap *state.StateSnapshot, in *structs.CSIVolu
 	case !supportsCreate(plugin):
 		return nil, structs.ErrInvalid("volume %q: plugin %q does not support creating volumes", vol.ID, vol.PluginID)
 	}
-	var resp structs.ClientCSIControllerCreateVolumeResponse
-	err = e.srv.RPC("ClientCSI.ControllerCreateVolume", &structs.ClientCSIControllerCreateVolumeRequest{
+	// The plugin call is an operation on the volume: it waits for any
+	// other in flight (a concurrent create of the same ID).
+	unlock, err := e.srv.lockVolume(vol.Namespace, vol.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.ClientRPCTimeout)
+	defer cancel()
+	resp, err := e.srv.clientRPC.ControllerCreateVolume(ctx, &structs.ClientCSIControllerCreateVolumeRequest{
 		PluginID:            vol.PluginID,
 		Name:                vol.Name,
 		Capabilities:        vol.RequestedCapabilities,
@@ -128,7 +138,7 @@ func (e *CSIVolume) prepareCreate(snap *state.StateSnapshot, in *structs.CSIVolu
 		RequestedTopologies: vol.RequestedTopologies,
 		SnapshotID:          vol.SnapshotID,
 		CloneID:             vol.CloneID,
-	}, &resp)
+	})
 	if err != nil {
 		return nil, structs.Wrap(err, "volume %q", vol.ID)
 	}
@@ -155,7 +165,11 @@ func supportsCreate(p *structs.CSIPlugin) bool {
 
 // Delete deletes volumes in their plugins, then deregisters them. A claimed
 // volume is refused before anything is deleted; a volume the plugin no
-// longer has is deregistered all the same.
+// longer has is deregistered all the same. The volumes are locked (see
+// volumewatcher.Watcher.Lock) from before they are checked until they are
+// deregistered, so no claim's publish or release step runs on a volume
+// being deleted, and no claim is taken between its delete and its
+// deregistration.
 func (e *CSIVolume) Delete(args *structs.CSIVolumeDeleteRequest, reply *structs.CSIVolumeDeleteResponse) error {
 	if done, err := e.srv.forward("CSIVolume.Delete", args, args, reply); done {
 		return err
@@ -164,6 +178,17 @@ func (e *CSIVolume) Delete(args *structs.CSIVolumeDeleteRequest, reply *structs.
 		return structs.ErrInvalid("missing volume IDs")
 	}
 	ns := args.RequestNamespace()
+	// In one order, so that two deletes of the same volumes cannot each
+	// hold the lock the other waits for.
+	for _, id := range slices.Compact(slices.Sorted(slices.Values(args.VolumeIDs))) {
+		unlock, err := e.srv.lockVolume(ns, id)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
+	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.ClientRPCTimeout)
+	defer cancel()
 	snap, err := e.srv.State().Snapshot()
 	if err != nil {
 		return err
@@ -187,9 +212,9 @@ func (e *CSIVolume) Delete(args *structs.CSIVolumeDeleteRequest, reply *structs.
 			secrets = structs.CSISecrets{}
 		}
 		maps.Copy(secrets, args.Secrets)
-		err := e.srv.RPC("ClientCSI.ControllerDeleteVolume", &structs.ClientCSIControllerDeleteVolumeRequest{
+		err := e.srv.clientRPC.ControllerDeleteVolume(ctx, &structs.ClientCSIControllerDeleteVolumeRequest{
 			PluginID: vol.PluginID, VolumeID: vol.RemoteID(), Secrets: secrets,
-		}, &structs.ClientCSIEmptyResponse{})
+		})
 		if err != nil {
 			err = structs.Wrap(err, "deleting volume %q in plugin %q", vol.ID, vol.PluginID)
 			if len(deleted) > 0 {

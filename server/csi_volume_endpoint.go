@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-memdb"
 
@@ -86,16 +88,7 @@ func (e *CSIVolume) prepareRegister(snap *state.StateSnapshot, in *structs.CSIVo
 	if plugin.ControllerRequired {
 		// The storage provider must know the volume and support its
 		// capabilities before volplane promises them to workloads.
-		err := e.srv.RPC("ClientCSI.ControllerValidateVolume", &structs.ClientCSIControllerValidateVolumeRequest{
-			PluginID:      vol.PluginID,
-			VolumeID:      vol.RemoteID(),
-			Capabilities:  vol.RequestedCapabilities,
-			MountOptions:  vol.MountOptions,
-			Secrets:       vol.Secrets,
-			Parameters:    vol.Parameters,
-			VolumeContext: vol.Context,
-		}, &structs.ClientCSIEmptyResponse{})
-		if err != nil {
+		if err := e.validateInPlugin(vol); err != nil {
 			return nil, structs.Wrap(err, "volume %q", vol.ID)
 		}
 	}
@@ -118,6 +111,27 @@ func (e *CSIVolume) prepareRegister(snap *state.StateSnapshot, in *structs.CSIVo
 	}
 	clearDerived(vol)
 	return vol, nil
+}
+
+// validateInPlugin asks a controller whether the volume exists with its
+// capabilities, holding the volume's lock (one operation per volume).
+func (e *CSIVolume) validateInPlugin(vol *structs.CSIVolume) error {
+	unlock, err := e.srv.lockVolume(vol.Namespace, vol.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.ClientRPCTimeout)
+	defer cancel()
+	return e.srv.clientRPC.ControllerValidateVolume(ctx, &structs.ClientCSIControllerValidateVolumeRequest{
+		PluginID:      vol.PluginID,
+		VolumeID:      vol.RemoteID(),
+		Capabilities:  vol.RequestedCapabilities,
+		MountOptions:  vol.MountOptions,
+		Secrets:       vol.Secrets,
+		Parameters:    vol.Parameters,
+		VolumeContext: vol.Context,
+	})
 }
 
 // clearDerived zeroes the fields that are computed on read, so they never

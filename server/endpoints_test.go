@@ -6,15 +6,15 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
-	"github.com/volplane/volplane/testutil"
 )
 
 func TestNodeEndpoint_RegisterDerivesPlugins(t *testing.T) {
 	s := TestServer(t, nil)
 	WaitForLeader(t, s)
-	n1 := testutil.NodeWithController("dev")
-	n2 := testutil.NodeWithController("dev")
+	n1 := mock.NodeWithController("dev")
+	n2 := mock.NodeWithController("dev")
 	for _, n := range []*structs.Node{n1, n2} {
 		var resp structs.NodeUpdateResponse
 		must.NoError(t, s.RPC("Node.Register", &structs.NodeRegisterRequest{Node: n}, &resp))
@@ -28,8 +28,8 @@ func TestNodeEndpoint_RegisterDerivesPlugins(t *testing.T) {
 	must.True(t, plug.Plugin.ControllerRequired)
 
 	// The node plugin on n1 turns unhealthy: counts follow.
-	ctrl := testutil.ControllerInfo("dev", true)
-	node := testutil.NodeInfo("dev", n1.ID, false)
+	ctrl := mock.ControllerInfo("dev", true)
+	node := mock.NodeInfo("dev", n1.ID, false)
 	var resp structs.NodeUpdateResponse
 	must.NoError(t, s.RPC("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{
 		NodeID: n1.ID, SecretID: n1.SecretID, Status: structs.NodeStatusReady,
@@ -95,7 +95,7 @@ func TestCSIVolumeEndpoint_RegisterErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before, _ := s.State().LatestIndex()
-			vol := testutil.CSIVolume("dev")
+			vol := mock.CSIVolume("dev")
 			tc.mod(vol)
 			var resp structs.CSIVolumeRegisterResponse
 			err := s.RPC("CSIVolume.Register", &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{vol}}, &resp)
@@ -108,7 +108,7 @@ func TestCSIVolumeEndpoint_RegisterErrors(t *testing.T) {
 	}
 
 	t.Run("all or nothing", func(t *testing.T) {
-		good, bad := testutil.CSIVolume("dev"), testutil.CSIVolume("nope")
+		good, bad := mock.CSIVolume("dev"), mock.CSIVolume("nope")
 		var resp structs.CSIVolumeRegisterResponse
 		err := s.RPC("CSIVolume.Register", &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{good, bad}}, &resp)
 		must.Error(t, err)
@@ -116,7 +116,7 @@ func TestCSIVolumeEndpoint_RegisterErrors(t *testing.T) {
 	})
 
 	t.Run("immutable fields", func(t *testing.T) {
-		vol := testutil.CSIVolume("dev")
+		vol := mock.CSIVolume("dev")
 		registerVolume(t, s, vol)
 		upd := vol.Copy()
 		upd.ExternalID = "other"
@@ -133,12 +133,12 @@ func TestCSIVolumeEndpoint_DeregisterAndList(t *testing.T) {
 	s := TestServer(t, nil)
 	WaitForLeader(t, s)
 	node := registerNode(t, s, "dev")
-	a, b := testutil.CSIVolume("dev"), testutil.CSIVolume("dev")
+	a, b := mock.CSIVolume("dev"), mock.CSIVolume("dev")
 	registerVolume(t, s, a)
 	registerVolume(t, s, b)
 
 	// Put a claim on a through the state store, as the claim endpoint will.
-	alloc := &structs.Allocation{ID: testutil.UniqueID("alloc"), Namespace: "default", Name: "j.g[0]",
+	alloc := &structs.Allocation{ID: mock.UniqueID("alloc"), Namespace: "default", Name: "j.g[0]",
 		NodeID: node.ID, DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning}
 	idx, _ := s.State().LatestIndex()
 	must.NoError(t, s.State().UpsertAllocs(idx+1, []*structs.Allocation{alloc}))

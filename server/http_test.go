@@ -7,6 +7,7 @@ import (
 	nomad "github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/server/httpapi/httpapitest"
 	"github.com/volplane/volplane/testutil"
 )
@@ -42,7 +43,7 @@ func TestHTTP_CreateDeleteWithNomadClient(t *testing.T) {
 	s := TestServer(t, nil)
 	WaitForLeader(t, s)
 	ep := &agentEndpoint{}
-	connectAgent(t, s, testutil.NodeWithController("dev"), ep)
+	connectAgent(t, s, mock.NodeWithController("dev"), ep)
 
 	cfg := nomad.DefaultConfig()
 	cfg.Address = "http://" + s.HTTPAddr()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
@@ -13,7 +14,7 @@ import (
 func TestNode_GetClientAllocsAndUpdateAlloc(t *testing.T) {
 	s := TestServer(t, nil)
 	WaitForLeader(t, s)
-	node := testutil.NodeWithController("dev")
+	node := mock.NodeWithController("dev")
 	connectAgent(t, s, node, &agentEndpoint{})
 
 	var empty structs.NodeClientAllocsResponse

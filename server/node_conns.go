@@ -120,5 +120,8 @@ func (s *Server) serveConn(conn net.Conn, peer rpc.Peer) {
 		}
 		s.sessions.mu.Unlock()
 	}
-	srv.ServeCodec(rpc.NewGuardedServerCodec(rpc.NewServerCodec(conn, s.config.MaxRequestBytes), s.authorizeRPC(peer)))
+	// A call for a client agent forwarded here ends when the server that
+	// forwarded it stops waiting (see clientrpc.Calls); every request is
+	// first checked against what the peer's certificate allows.
+	srv.ServeCodec(rpc.NewGuardedServerCodec(s.calls.ServerCodec(rpc.NewServerCodec(conn, s.config.MaxRequestBytes)), s.authorizeRPC(peer)))
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
@@ -40,7 +41,7 @@ func TestNodeIntro_Required(t *testing.T) {
 	})
 	WaitForLeader(t, s)
 
-	n := testutil.Node("dev")
+	n := mock.Node("dev")
 	mustDeny(t, register(s, n, ""), "requires a node introduction token")
 	mustDeny(t, register(s, n, "guess"), "unknown node introduction token")
 	got, err := s.State().NodeByID(nil, n.ID)
@@ -56,7 +57,7 @@ func TestNodeIntro_Required(t *testing.T) {
 	must.Eq(t, structs.NodeIntroducedByToken, got.IntroducedBy)
 
 	// A client cannot claim to have been introduced.
-	forged := testutil.Node("dev")
+	forged := mock.Node("dev")
 	forged.IntroducedBy = structs.NodeIntroducedByTLS
 	mustDeny(t, register(s, forged, ""), "requires a node introduction token")
 }
@@ -66,7 +67,7 @@ func TestNodeIntro_RaftTokens(t *testing.T) {
 	WaitForLeader(t, s)
 
 	once := createIntro(t, s, structs.NodeIntroCreateRequest{Name: "rack 4", SingleUse: true})
-	n1, n2 := testutil.Node("dev"), testutil.Node("dev")
+	n1, n2 := mock.Node("dev"), mock.Node("dev")
 	must.NoError(t, register(s, n1, once.SecretID))
 	mustDeny(t, register(s, n2, once.SecretID), "was already used by node")
 
@@ -109,7 +110,7 @@ func TestNodeIntro_FSMRefusesSecondUse(t *testing.T) {
 	once := createIntro(t, s, structs.NodeIntroCreateRequest{SingleUse: true})
 
 	now := time.Now().UnixNano()
-	n1, n2 := testutil.Node("dev"), testutil.Node("dev")
+	n1, n2 := mock.Node("dev"), mock.Node("dev")
 	n1.StatusUpdatedAt, n2.StatusUpdatedAt = now, now
 	_, _, err := s.raftApply(structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: n1, IntroAccessorID: once.Token.AccessorID})
 	must.NoError(t, err)
@@ -123,7 +124,7 @@ func TestNodeIntro_FSMRefusesSecondUse(t *testing.T) {
 func TestNode_ExternalNodeIDUnique(t *testing.T) {
 	s := TestServer(t, nil)
 	WaitForLeader(t, s)
-	n1, n2 := testutil.Node("dev"), testutil.Node("dev")
+	n1, n2 := mock.Node("dev"), mock.Node("dev")
 	n2.CSINodePlugins["dev"].NodeInfo.ID = n1.CSINodePlugins["dev"].NodeInfo.ID
 	must.NoError(t, register(s, n1, ""))
 	err := register(s, n2, "")
@@ -131,10 +132,10 @@ func TestNode_ExternalNodeIDUnique(t *testing.T) {
 	must.StrContains(t, err.Error(), n1.ID)
 
 	// Nor by a later fingerprint.
-	n3 := testutil.Node("dev")
+	n3 := mock.Node("dev")
 	must.NoError(t, register(s, n3, ""))
 	var resp structs.NodeUpdateResponse
-	info := testutil.NodeInfo("dev", n1.ID, true)
+	info := mock.NodeInfo("dev", n1.ID, true)
 	err = s.RPC("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{NodeID: n3.ID, SecretID: n3.SecretID,
 		Status: structs.NodeStatusReady, CSINodePlugins: map[string]*structs.CSIInfo{"dev": info}}, &resp)
 	must.Eq(t, structs.ErrCodeConflict, structs.CodeOf(err), must.Sprint(err))
@@ -148,18 +149,18 @@ func TestControllerCandidates_OnlyIntroduced(t *testing.T) {
 		c.NodeIntroTokens = []string{configIntroSecret}
 	})
 	WaitForLeader(t, s)
-	old := testutil.NodeWithController("dev")
+	old := mock.NodeWithController("dev")
 	old.StatusUpdatedAt = time.Now().UnixNano()
 	_, _, err := s.raftApply(structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: old})
 	must.NoError(t, err)
 
-	_, err = s.controllerCandidates("dev")
+	_, err = s.ControllerNodes("dev")
 	must.Eq(t, structs.ErrCodeUnschedulable, structs.CodeOf(err))
 	must.StrContains(t, err.Error(), "never introduced")
 
-	fresh := testutil.NodeWithController("dev")
+	fresh := mock.NodeWithController("dev")
 	must.NoError(t, register(s, fresh, configIntroSecret))
-	got, err := s.controllerCandidates("dev")
+	got, err := s.ControllerNodes("dev")
 	must.NoError(t, err)
 	must.Eq(t, []string{fresh.ID}, got)
 }

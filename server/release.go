@@ -13,12 +13,12 @@ type watcherBackend struct{ s *Server }
 
 func (b watcherBackend) State() volumewatcher.State { return b.s.State() }
 
-func (b watcherBackend) NodeDetach(req *structs.ClientCSINodeDetachVolumeRequest) error {
-	return b.s.RPC("ClientCSI.NodeDetachVolume", req, &structs.ClientCSIEmptyResponse{})
+func (b watcherBackend) NodeDetach(ctx context.Context, req *structs.ClientCSINodeDetachVolumeRequest) error {
+	return b.s.clientRPC.NodeDetachVolume(ctx, req)
 }
 
-func (b watcherBackend) ControllerDetach(req *structs.ClientCSIControllerDetachVolumeRequest) error {
-	return b.s.RPC("ClientCSI.ControllerDetachVolume", req, &structs.ClientCSIEmptyResponse{})
+func (b watcherBackend) ControllerDetach(ctx context.Context, req *structs.ClientCSIControllerDetachVolumeRequest) error {
+	return b.s.clientRPC.ControllerDetachVolume(ctx, req)
 }
 
 // Checkpoint writes a claim's release state; the time is the leader's.
@@ -30,6 +30,17 @@ func (b watcherBackend) Checkpoint(namespace, volumeID string, claim *structs.CS
 	return err
 }
 
+// lockVolume takes the volume's lock for an operation that calls its
+// plugin (see volumewatcher.Watcher.Lock). The wait is bounded by twice the
+// deadline of one call: the holder is a release step or another claim,
+// whose calls end by then; a caller told to retry (ErrCodeRetryable) does
+// so later, as clients do with their claims.
+func (s *Server) lockVolume(namespace, volumeID string) (func(), error) {
+	ctx, cancel := context.WithTimeout(s.shutdownCtx, 2*s.config.CSICallTimeout)
+	defer cancel()
+	return s.volumeWatcher.Lock(ctx, namespace, volumeID)
+}
+
 // runVolumeWatcher releases claims while this server leads.
 func (s *Server) runVolumeWatcher(done <-chan struct{}) {
 	ctx, cancel := s.leaderContext(done)
@@ -37,9 +48,19 @@ func (s *Server) runVolumeWatcher(done <-chan struct{}) {
 	s.volumeWatcher.Run(ctx)
 }
 
+// detachWaitForClient bounds how long an operator's detach waits for a
+// client to report the tasks of a stopped allocation stopped. It stays
+// well under the deadline of a request forwarded to the leader
+// (ServerRPCTimeout), so the operator hears that it waits, not a timeout.
+const detachWaitForClient = 5 * time.Second
+
 // Detach releases now the claims a volume has on a node, as an operator
 // asks, and reports each step. A claim whose allocation still runs on a
-// ready node is refused: releasing it would unmount a running workload.
+// node that is up is refused: releasing it would unmount a running
+// workload. A stopped allocation whose client has not reported its tasks
+// stopped yet is waited for a few seconds; if the client is still at it,
+// the answer is a conflict that says so (its release goes on by itself
+// once the client reports).
 func (e *CSIVolume) Detach(args *structs.CSIVolumeDetachRequest, reply *structs.CSIVolumeDetachResponse) error {
 	if done, err := e.srv.forward("CSIVolume.Detach", args, args, reply); done {
 		return err
@@ -60,7 +81,7 @@ func (e *CSIVolume) Detach(args *structs.CSIVolumeDetachRequest, reply *structs.
 	if err != nil {
 		return err
 	}
-	nodeUp := node != nil && node.Status != structs.NodeStatusDown
+	nodeUp := !structs.NodeDownOrGone(node)
 	found := false
 	for _, m := range []map[string]*structs.CSIVolumeClaim{vol.ReadClaims, vol.WriteClaims} {
 		for allocID, c := range m {
@@ -94,9 +115,13 @@ func (e *CSIVolume) Detach(args *structs.CSIVolumeDetachRequest, reply *structs.
 	if !found {
 		return structs.ErrNotFound("volume %q has no claim on node %q", vol.ID, args.NodeID)
 	}
-	steps, err := e.srv.volumeWatcher.Detach(context.Background(), ns, vol.ID, args.NodeID)
+	steps, err := e.srv.volumeWatcher.Detach(e.srv.shutdownCtx, ns, vol.ID, args.NodeID, detachWaitForClient)
 	reply.Steps = steps
-	if err != nil {
+	switch {
+	case structs.CodeOf(err) == structs.ErrCodeConflict:
+		// Waiting for the client: the error says all there is to say.
+		return err
+	case err != nil:
 		return structs.Wrap(err, "detaching volume %q from node %q (steps: %v)", vol.ID, args.NodeID, steps)
 	}
 	e.srv.setQueryMeta(&reply.QueryMeta)

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/volplane/volplane/api"
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
@@ -19,7 +22,7 @@ import (
 func releaseSetup(t *testing.T, servers []*Server) (*agentEndpoint, *structs.Node, *structs.Allocation) {
 	t.Helper()
 	leader := WaitForLeader(t, servers...)
-	node := testutil.NodeWithController("dev")
+	node := mock.NodeWithController("dev")
 	ep := &agentEndpoint{}
 	connectAgent(t, followers(servers, leader)[0], node, ep)
 	registerVolume(t, leader, namedVolume("rel"))
@@ -34,6 +37,27 @@ func releaseSetup(t *testing.T, servers []*Server) (*agentEndpoint, *structs.Nod
 	_, err := claimFor(t, leader, node, alloc, "rel", req)
 	must.NoError(t, err)
 	return ep, node, alloc
+}
+
+// stopJob stops a job, as an operator does, and then reports its
+// allocations' tasks stopped, as their client does once it stopped them.
+func stopJob(t *testing.T, s *Server, node *structs.Node, jobID string) {
+	t.Helper()
+	must.NoError(t, s.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: jobID}, &structs.JobDeregisterResponse{}))
+	reportStopped(t, s, node, jobID)
+}
+
+// reportStopped reports every allocation of the job complete, from node.
+func reportStopped(t *testing.T, s *Server, node *structs.Node, jobID string) {
+	t.Helper()
+	allocs, err := s.State().AllocsByJob(nil, structs.DefaultNamespace, jobID)
+	must.NoError(t, err)
+	update := &structs.NodeUpdateAllocRequest{NodeID: node.ID, SecretID: node.SecretID}
+	for _, a := range allocs {
+		update.Allocs = append(update.Allocs, &structs.AllocClientUpdate{ID: a.ID, ClientStatus: structs.AllocClientStatusComplete,
+			ClientDescription: "tasks stopped"})
+	}
+	must.NoError(t, s.RPC("Node.UpdateAlloc", update, &structs.GenericResponse{}))
 }
 
 func fastRelease(i int, c *Config) {
@@ -59,7 +83,7 @@ func TestRelease_JobStopDetachesNodeThenControllerAndFrees(t *testing.T) {
 	ep, node, _ := releaseSetup(t, servers)
 	leader := WaitForLeader(t, servers...)
 
-	must.NoError(t, leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "holder"}, &structs.JobDeregisterResponse{}))
+	stopJob(t, leader, node, "holder")
 	vol := waitFreed(t, leader, "rel")
 	must.Eq(t, structs.CSIVolumeAccessModeUnknown, vol.AccessMode, must.Sprint("the modes reset once free"))
 
@@ -88,11 +112,11 @@ func TestRelease_JobStopDetachesNodeThenControllerAndFrees(t *testing.T) {
 
 func TestRelease_NodePluginDownThenBack(t *testing.T) {
 	servers := TestCluster(t, 3, fastRelease)
-	ep, _, alloc := releaseSetup(t, servers)
+	ep, node, alloc := releaseSetup(t, servers)
 	leader := WaitForLeader(t, servers...)
 	ep.setFail(structs.ErrCodeRetryable, "node-detach")
 
-	must.NoError(t, leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "holder"}, &structs.JobDeregisterResponse{}))
+	stopJob(t, leader, node, "holder")
 	// Attempts and the last error are visible while the node plugin fails.
 	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
 		v := getVolume(t, leader, "rel", false)
@@ -117,11 +141,11 @@ func TestRelease_NodePluginDownThenBack(t *testing.T) {
 // and the node plugin sees no second unpublish.
 func TestRelease_ResumesAtControllerStepAfterFailover(t *testing.T) {
 	servers := TestCluster(t, 3, fastRelease)
-	ep, _, alloc := releaseSetup(t, servers)
+	ep, node, alloc := releaseSetup(t, servers)
 	leader := WaitForLeader(t, servers...)
 	ep.setFail(structs.ErrCodeRetryable, "controller-detach")
 
-	must.NoError(t, leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "holder"}, &structs.JobDeregisterResponse{}))
+	stopJob(t, leader, node, "holder")
 	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
 		c := getVolume(t, leader, "rel", false).PastClaims[alloc.ID]
 		return c != nil && c.State == structs.CSIVolumeClaimStateNodeDetached && c.Attempts > 0, fmt.Errorf("past claim %+v", c)
@@ -155,13 +179,13 @@ func TestRelease_NodeDownSkipsNodeStep(t *testing.T) {
 	// plugin's controller, so the job can be placed only on the claim's
 	// node, whose agent answers nothing and which heartbeats until it is
 	// killed.
-	ctrl := testutil.NodeWithController("dev")
+	ctrl := mock.NodeWithController("dev")
 	delete(ctrl.CSINodePlugins, "dev")
 	ep := &agentEndpoint{}
 	connectAgent(t, leader, ctrl, ep)
 	keepAlive(t, leader, ctrl)
 
-	silent := testutil.Node("dev")
+	silent := mock.Node("dev")
 	silent.CSINodePlugins["dev"].RequiresControllerPlugin = true
 	var resp structs.NodeUpdateResponse
 	must.NoError(t, leader.RPC("Node.Register", &structs.NodeRegisterRequest{Node: silent}, &resp))
@@ -227,8 +251,18 @@ func TestRelease_OperatorDetach(t *testing.T) {
 	_, err = client.Volumes().Detach("rel", node.ID, nil)
 	must.ErrorContains(t, err, "still runs on node")
 
-	ep.setFail(structs.ErrCodeRetryable, "node-detach")
+	// Stopped, and not reported stopped by its client yet: the detach
+	// says it waits for the client (a conflict, not a failure).
 	must.NoError(t, leader.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "holder"}, &structs.JobDeregisterResponse{}))
+	_, err = client.Volumes().Detach("rel", node.ID, nil)
+	must.ErrorContains(t, err, structs.WaitingForClientNote)
+	var apiErr *api.StatusError
+	must.True(t, errors.As(err, &apiErr))
+	must.Eq(t, http.StatusConflict, apiErr.Code)
+	must.SliceEmpty(t, ep.callsWith("node-detach"), must.Sprint("nothing is unpublished under the tasks"))
+
+	ep.setFail(structs.ErrCodeRetryable, "node-detach")
+	reportStopped(t, leader, node, "holder")
 	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
 		c := getVolume(t, leader, "rel", false).PastClaims[alloc.ID]
 		return c != nil && c.Attempts == 1, fmt.Errorf("past claim %+v", c)

@@ -67,7 +67,10 @@ type Server struct {
 	members    *memberList
 	heartbeats *heartbeats
 	nodeConns  *nodeConns
-	clientRPC  *clientrpc.Forwarder
+	// clientRPC is the typed client for the calls made on client agents;
+	// calls gives the ones another server forwards here their contexts.
+	clientRPC *clientrpc.Client
+	calls     *clientrpc.Calls
 	// volumeWatcher releases past claims while this server leads.
 	volumeWatcher *volumewatcher.Watcher
 	sessions      sessionServers
@@ -130,14 +133,16 @@ func NewServer(cfg *Config) (*Server, error) {
 	s.members = newMemberList(s.selfMember())
 	s.heartbeats = newHeartbeats(s)
 	s.nodeConns = newNodeConns()
-	s.clientRPC = clientrpc.New(s, cfg.ClientRPCTimeout, s.logger.Named("client_rpc"))
+	s.calls = clientrpc.NewCalls(s.shutdownCtx)
+	s.clientRPC = clientrpc.NewClient(clientrpc.New(s, cfg.ClientRPCTimeout, s.logger.Named("client_rpc")), s, s.logger.Named("client_rpc"))
 	s.volumeWatcher = volumewatcher.New(volumewatcher.Config{
-		Backend:   watcherBackend{s},
-		Logger:    s.logger,
-		BaseDelay: cfg.ReleaseBaseDelay,
-		MaxDelay:  cfg.ReleaseMaxDelay,
-		Settle:    50 * time.Millisecond,
-		Hooks:     volumewatcher.Hooks{Attempt: metrics.ReleaseAttempt, Failure: metrics.ReleaseFailure},
+		Backend:     watcherBackend{s},
+		Logger:      s.logger,
+		BaseDelay:   cfg.ReleaseBaseDelay,
+		MaxDelay:    cfg.ReleaseMaxDelay,
+		StepTimeout: cfg.CSICallTimeout,
+		Settle:      50 * time.Millisecond,
+		Hooks:       volumewatcher.Hooks{Attempt: metrics.ReleaseAttempt, Failure: metrics.ReleaseFailure},
 	})
 	metrics.SetQueueDepthFunc(s.volumeWatcher.QueueDepth)
 	s.sessions.byID = map[*yamux.Session]*netrpc.Server{}

@@ -2,19 +2,28 @@ package server
 
 import (
 	"fmt"
-	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-
-	"github.com/volplane/volplane/testutil"
 )
+
+// TB is the part of TB the test helpers below use. The shipped
+// binary links this package and must link neither the testing package nor
+// testutil, so the helpers take this instead.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Log(args ...any)
+	Name() string
+	TempDir() string
+	Cleanup(func())
+}
 
 // TestConfig returns a configuration for an in-process test server: random
 // loopback ports, a data dir under the test's temp dir, and fast Raft
 // timeouts.
-func TestConfig(t testing.TB) *Config {
+func TestConfig(t TB) *Config {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.NodeName = fmt.Sprintf("srv-%s", t.Name())
@@ -46,7 +55,7 @@ func TestConfig(t testing.TB) *Config {
 
 // testWriter sends log lines to the test's log, so they show only when a
 // test fails or runs verbosely.
-type testWriter struct{ t testing.TB }
+type testWriter struct{ t TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
@@ -56,7 +65,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // TestServer starts a single server; cb may change the config first. The
 // server is shut down when the test ends.
-func TestServer(t testing.TB, cb func(*Config)) *Server {
+func TestServer(t TB, cb func(*Config)) *Server {
 	t.Helper()
 	cfg := TestConfig(t)
 	if cb != nil {
@@ -73,7 +82,7 @@ func TestServer(t testing.TB, cb func(*Config)) *Server {
 // TestCluster starts n servers that form one cluster through the join
 // protocol and waits for a leader. Their configs can be changed by cb,
 // which is told each server's index.
-func TestCluster(t testing.TB, n int, cb func(i int, c *Config)) []*Server {
+func TestCluster(t TB, n int, cb func(i int, c *Config)) []*Server {
 	t.Helper()
 	servers := make([]*Server, n)
 	var first string
@@ -100,10 +109,10 @@ func TestCluster(t testing.TB, n int, cb func(i int, c *Config)) []*Server {
 
 // WaitForLeader waits until every given server knows the same leader, and
 // that leader is one of them and has every given server as a peer.
-func WaitForLeader(t testing.TB, servers ...*Server) *Server {
+func WaitForLeader(t TB, servers ...*Server) *Server {
 	t.Helper()
 	var leader *Server
-	testutil.WaitForResult(t, 30*time.Second, func() (bool, error) {
+	waitFor(t, 30*time.Second, func() (bool, error) {
 		leader = nil
 		var addr raft.ServerAddress
 		for _, s := range servers {
@@ -145,4 +154,22 @@ func Leader(servers ...*Server) *Server {
 		}
 	}
 	return nil
+}
+
+// waitFor polls cond until it reports true, failing the test with its last
+// error after timeout (testutil.WaitForResult, which this package cannot
+// import).
+func waitFor(t TB, timeout time.Duration, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s: %v", timeout, err)
+		}
+		time.Sleep(delay)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -74,7 +75,7 @@ func TestTLS_ClusterAndRoles(t *testing.T) {
 	// A client agent's certificate registers its node, through a follower
 	// that forwards to the leader over TLS.
 	client := tlsClientPool(t, files.Configurator(t, files.Client))
-	node := testutil.NodeWithController("dev")
+	node := mock.NodeWithController("dev")
 	var reg structs.NodeUpdateResponse
 	must.NoError(t, client.RPC(follower.RPCAddr(), "Node.Register", &structs.NodeRegisterRequest{Node: node}, &reg))
 	must.SliceLen(t, 3, reg.Servers)
@@ -108,7 +109,7 @@ func TestTLS_ClusterAndRoles(t *testing.T) {
 	})
 	t.Run("CLI certificate on the RPC port", func(t *testing.T) {
 		cli := tlsClientPool(t, files.Configurator(t, files.CLI))
-		denied(t, cli.RPC(leader.RPCAddr(), "Node.Register", &structs.NodeRegisterRequest{Node: testutil.Node("dev")}, &reg))
+		denied(t, cli.RPC(leader.RPCAddr(), "Node.Register", &structs.NodeRegisterRequest{Node: mock.Node("dev")}, &reg))
 	})
 	t.Run("plaintext", func(t *testing.T) {
 		plain := rpc.NewPool(rpc.PoolConfig{Logger: hclog.NewNullLogger(), DialTimeout: 2 * time.Second, CallTimeout: 2 * time.Second})

@@ -144,8 +144,13 @@ func upsertAllocTxn(txn *memdb.Txn, index uint64, alloc *structs.Allocation) err
 	// An allocation that just became terminal (reported so by its client,
 	// stopped by the servers, or lost with its node) gives up its claims in
 	// this same write: they become past claims for the release watcher.
-	if a.Terminal() && !existing.Terminal() {
+	switch {
+	case a.Terminal() && !existing.Terminal():
 		return releaseAllocClaimsTxn(txn, index, a.ModifyTime, a)
+	case a.ClientTerminal() && !existing.ClientTerminal():
+		// Stopped by the servers earlier, its tasks have now stopped:
+		// the claims that waited for the client can be released.
+		return clientDoneClaimsTxn(txn, index, a.ModifyTime, a)
 	}
 	return nil
 }

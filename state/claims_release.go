@@ -82,7 +82,7 @@ func (s *StateStore) CSIVolumesWithPastClaims(ws memdb.WatchSet) (memdb.ResultIt
 func (s *StateStore) CSIPastClaimsByState() (map[string]int, error) {
 	out := map[string]int{}
 	for _, st := range []structs.CSIVolumeClaimState{
-		structs.CSIVolumeClaimStateUnpublishing, structs.CSIVolumeClaimStateNodeDetached,
+		structs.CSIVolumeClaimStateWaitingForClient, structs.CSIVolumeClaimStateUnpublishing, structs.CSIVolumeClaimStateNodeDetached,
 		structs.CSIVolumeClaimStateControllerDetached, structs.CSIVolumeClaimStateReadyToFree,
 	} {
 		out[st.String()] = 0
@@ -100,10 +100,13 @@ func (s *StateStore) CSIPastClaimsByState() (map[string]int, error) {
 }
 
 // releaseAllocClaimsTxn turns every claim an allocation holds into a past
-// claim in state unpublishing, keeping everything the release needs (node,
-// provider node ID, modes, publish context). The live claim stays until the
-// release frees it, so the volume stays in use until then. It is called in
-// the write that makes the allocation terminal.
+// claim, keeping everything the release needs (node, provider node ID,
+// modes, publish context). The live claim stays until the release frees
+// it, so the volume stays in use until then. It is called in the write
+// that makes the allocation terminal. A claim whose allocation the client
+// still runs (the servers stopped it; the client has not reported its
+// tasks stopped) waits for the client: unpublishing it now would pull the
+// volume from under the tasks. Otherwise it is unpublishing.
 func releaseAllocClaimsTxn(txn *memdb.Txn, index uint64, now int64, alloc *structs.Allocation) error {
 	vols, err := claimedVolumesTxn(txn, alloc)
 	if err != nil {
@@ -119,7 +122,10 @@ func releaseAllocClaimsTxn(txn *memdb.Txn, index uint64, now int64, alloc *struc
 		}
 		v := existing.Copy()
 		past := held.Copy()
-		past.State = structs.CSIVolumeClaimStateUnpublishing
+		past.State, past.Note = structs.CSIVolumeClaimStateUnpublishing, ""
+		if !alloc.ClientTerminal() {
+			past.State, past.Note = structs.CSIVolumeClaimStateWaitingForClient, structs.WaitingForClientNote
+		}
 		if v.PastClaims == nil {
 			v.PastClaims = map[string]*structs.CSIVolumeClaim{}
 		}
@@ -132,10 +138,35 @@ func releaseAllocClaimsTxn(txn *memdb.Txn, index uint64, now int64, alloc *struc
 	return nil
 }
 
+// clientDoneClaimsTxn moves the claims of an allocation that waited for
+// its client (see releaseAllocClaimsTxn) to unpublishing. It is called in
+// the write in which the allocation became client-terminal: its client
+// reported its tasks stopped, or the allocation was lost with its node.
+func clientDoneClaimsTxn(txn *memdb.Txn, index uint64, now int64, alloc *structs.Allocation) error {
+	vols, err := claimedVolumesTxn(txn, alloc)
+	if err != nil {
+		return err
+	}
+	for _, existing := range vols {
+		past := existing.PastClaims[alloc.ID]
+		if past == nil || past.State != structs.CSIVolumeClaimStateWaitingForClient {
+			continue
+		}
+		v := existing.Copy()
+		p := v.PastClaims[alloc.ID]
+		p.State, p.Note = structs.CSIVolumeClaimStateUnpublishing, ""
+		v.ModifyIndex, v.ModifyTime = index, now
+		if err := insertVolumeTxn(txn, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // claimedVolumesTxn finds the volumes on which an allocation holds a live
-// claim, through the claims' index: by what the allocation holds, not by
-// what its group asks for now, so a claim outlives a new version of its
-// job that no longer asks for the volume and is still released.
+// or past claim, through the claims' index: by what the allocation holds,
+// not by what its group asks for now, so a claim outlives a new version of
+// its job that no longer asks for the volume and is still released.
 func claimedVolumesTxn(txn *memdb.Txn, alloc *structs.Allocation) ([]*structs.CSIVolume, error) {
 	iter, err := getWatch(txn, nil, TableCSIVolumes, indexClaimAlloc, alloc.ID)
 	if err != nil {

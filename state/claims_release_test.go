@@ -7,8 +7,8 @@ import (
 	"github.com/hashicorp/go-memdb"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
-	"github.com/volplane/volplane/testutil"
 )
 
 // claimSetup registers a node, a volume and a job whose allocation holds a
@@ -16,9 +16,9 @@ import (
 func claimSetup(t *testing.T) (*StateStore, *structs.Node, *structs.CSIVolume, *structs.Allocation) {
 	t.Helper()
 	s := TestStateStore(t)
-	node := testutil.NodeWithController("dev")
+	node := mock.NodeWithController("dev")
 	must.NoError(t, s.UpsertNode(10, node))
-	vol := testutil.CSIVolume("dev")
+	vol := mock.CSIVolume("dev")
 	must.NoError(t, s.UpsertCSIVolume(11, []*structs.CSIVolume{vol}))
 	job := testJob("web")
 	job.TaskGroups[0].Count = 1
@@ -63,7 +63,7 @@ func TestRelease_TerminalAllocReleasesItsClaims(t *testing.T) {
 	ws = memdb.NewWatchSet()
 	_, err = s.CSIVolumesWithPastClaims(ws)
 	must.NoError(t, err)
-	must.NoError(t, s.UpsertCSIVolume(17, []*structs.CSIVolume{testutil.CSIVolume("dev")}))
+	must.NoError(t, s.UpsertCSIVolume(17, []*structs.CSIVolume{mock.CSIVolume("dev")}))
 	must.True(t, ws.Watch(time.After(50*time.Millisecond)), must.Sprint("an unrelated volume woke the watcher"))
 
 	past := pastClaim(t, s, vol)
@@ -89,15 +89,68 @@ func TestRelease_TerminalAllocReleasesItsClaims(t *testing.T) {
 }
 
 func TestRelease_JobStopAndNodeDown(t *testing.T) {
-	t.Run("job stop", func(t *testing.T) {
-		s, _, vol, _ := claimSetup(t)
+	t.Run("job stop: the claim waits for the client, then is released when it reports the tasks stopped", func(t *testing.T) {
+		s, _, vol, alloc := claimSetup(t)
+		ws := memdb.NewWatchSet()
+		_, err := s.CSIVolumesWithPastClaims(ws)
+		must.NoError(t, err)
 		must.NoError(t, s.DeregisterJob(20, 400, "default", "web", false))
-		must.NotNil(t, pastClaim(t, s, vol))
+		past := pastClaim(t, s, vol)
+		must.NotNil(t, past)
+		must.Eq(t, structs.CSIVolumeClaimStateWaitingForClient, past.State, must.Sprint("the client still runs the tasks"))
+		must.Eq(t, structs.WaitingForClientNote, past.Note)
+		must.Zero(t, past.Attempts)
+		must.Zero(t, past.NextAttempt)
+		must.False(t, ws.Watch(time.After(5*time.Second)), must.Sprint("the watcher sees the claim waiting"))
+
+		// A report that changes nothing of the allocation's end leaves it.
+		running := alloc.Copy()
+		running.DesiredStatus = structs.AllocDesiredStatusStop
+		running.ClientDescription = "stopping tasks"
+		must.NoError(t, s.UpsertAllocs(21, []*structs.Allocation{running}))
+		must.Eq(t, structs.CSIVolumeClaimStateWaitingForClient, pastClaim(t, s, vol).State)
+
+		ws = memdb.NewWatchSet()
+		_, err = s.CSIVolumesWithPastClaims(ws)
+		must.NoError(t, err)
+		done := running.Copy()
+		done.ClientStatus = structs.AllocClientStatusComplete
+		done.ModifyTime = 600
+		must.NoError(t, s.UpsertAllocs(22, []*structs.Allocation{done}))
+		past = pastClaim(t, s, vol)
+		must.Eq(t, structs.CSIVolumeClaimStateUnpublishing, past.State, must.Sprint("the client reported the tasks stopped"))
+		must.Eq(t, "", past.Note)
+		must.Eq(t, "/dev/x", past.PublishContext["device"], must.Sprint("the release keeps what it needs"))
+		v, _ := s.CSIVolumeByID(nil, "default", vol.ID)
+		must.Eq(t, uint64(22), v.ModifyIndex)
+		must.False(t, ws.Watch(time.After(5*time.Second)), must.Sprint("the move wakes the watcher"))
+
+		counts, err := s.CSIPastClaimsByState()
+		must.NoError(t, err)
+		must.Eq(t, 1, counts["unpublishing"])
+		must.Eq(t, 0, counts["waiting-for-client"])
+	})
+	t.Run("a waiting claim is released when its node goes down", func(t *testing.T) {
+		s, node, vol, _ := claimSetup(t)
+		must.NoError(t, s.DeregisterJob(20, 400, "default", "web", false))
+		must.Eq(t, structs.CSIVolumeClaimStateWaitingForClient, pastClaim(t, s, vol).State)
+		must.NoError(t, s.UpdateNodeStatus(21, &structs.NodeUpdateStatusRequest{NodeID: node.ID, Status: structs.NodeStatusDown, UpdatedAt: 500}))
+		must.Eq(t, structs.CSIVolumeClaimStateUnpublishing, pastClaim(t, s, vol).State, must.Sprint("the allocation was lost"))
+	})
+	t.Run("a checkpoint cannot put a claim in the waiting state", func(t *testing.T) {
+		s, node, vol, _ := claimSetup(t)
+		err := s.CSIVolumeClaim(20, 400, "default", vol.ID, &structs.CSIVolumeClaim{
+			AllocationID: "a1", NodeID: node.ID, Mode: structs.CSIVolumeClaimWrite,
+			AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter, AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem,
+			State: structs.CSIVolumeClaimStateWaitingForClient,
+		})
+		must.Eq(t, structs.ErrCodeInvalid, structs.CodeOf(err))
+		must.Nil(t, pastClaim(t, s, vol))
 	})
 	t.Run("job purge", func(t *testing.T) {
 		s, _, vol, _ := claimSetup(t)
 		must.NoError(t, s.DeregisterJob(20, 400, "default", "web", true))
-		must.NotNil(t, pastClaim(t, s, vol))
+		must.Eq(t, structs.CSIVolumeClaimStateWaitingForClient, pastClaim(t, s, vol).State)
 	})
 	// A new version of the job that no longer asks for the volume replaces
 	// the allocation: the claim it still holds is released all the same.
@@ -119,7 +172,7 @@ func TestRelease_JobStopAndNodeDown(t *testing.T) {
 		must.NoError(t, s.UpdateNodeStatus(20, &structs.NodeUpdateStatusRequest{NodeID: node.ID, Status: structs.NodeStatusDown, UpdatedAt: 500}))
 		a, _ := s.AllocByID(nil, "a1")
 		must.Eq(t, structs.AllocClientStatusLost, a.ClientStatus)
-		must.NotNil(t, pastClaim(t, s, vol))
+		must.Eq(t, structs.CSIVolumeClaimStateUnpublishing, pastClaim(t, s, vol).State)
 		j, err := s.JobByID(nil, "default", "web")
 		must.NoError(t, err)
 		must.Eq(t, structs.JobStatusPending, j.Status, must.Sprint("nothing of the job runs any more"))
@@ -134,7 +187,7 @@ func TestCSIPastClaimsByState(t *testing.T) {
 
 	got, err := s.CSIPastClaimsByState()
 	must.NoError(t, err)
-	must.Eq(t, map[string]int{"unpublishing": 0, "node-detached": 0, "controller-detached": 0, "ready-to-free": 0}, got)
+	must.Eq(t, map[string]int{"waiting-for-client": 0, "unpublishing": 0, "node-detached": 0, "controller-detached": 0, "ready-to-free": 0}, got)
 
 	releaseStep(t, s, 22, c, structs.CSIVolumeClaimStateUnpublishing)
 	releaseStep(t, s, 23, c, structs.CSIVolumeClaimStateNodeDetached)

@@ -28,9 +28,13 @@ const (
 	EventVolumeUpdated      = "VolumeUpdated"
 	EventVolumeDeregistered = "VolumeDeregistered"
 
-	EventClaimTaken        = "ClaimTaken"
-	EventClaimReleasing    = "ClaimReleasing"
-	EventClaimNodeDetached = "ClaimNodeDetached"
+	EventClaimTaken = "ClaimTaken"
+	// EventClaimWaitingForClient is a claim of an allocation the servers
+	// stopped whose client still runs its tasks; ClaimReleasing follows
+	// once the client reports them stopped.
+	EventClaimWaitingForClient = "ClaimWaitingForClient"
+	EventClaimReleasing        = "ClaimReleasing"
+	EventClaimNodeDetached     = "ClaimNodeDetached"
 	// EventClaimNodeDetachSkipped is a node step the release skipped
 	// because the node is down or gone; the Note says which.
 	EventClaimNodeDetachSkipped  = "ClaimNodeDetachSkipped"
@@ -101,7 +105,7 @@ type CSIClaimEvent struct {
 	AllocationID string
 	NodeID       string
 	Mode         string // "read" or "write"
-	State        string // a claim state: taken, unpublishing, node-detached, controller-detached, ready-to-free
+	State        string // a claim state: taken, waiting-for-client, unpublishing, node-detached, controller-detached, ready-to-free
 	Attempts     int
 	LastError    string
 	NextAttempt  int64 // Unix nanoseconds, stamped by the leader
@@ -454,6 +458,7 @@ func claimViews(v *structs.CSIVolume) map[string]claimView {
 // claimTypes names the event of a claim arriving in a state.
 var claimTypes = map[structs.CSIVolumeClaimState]string{
 	structs.CSIVolumeClaimStateTaken:              EventClaimTaken,
+	structs.CSIVolumeClaimStateWaitingForClient:   EventClaimWaitingForClient,
 	structs.CSIVolumeClaimStateUnpublishing:       EventClaimReleasing,
 	structs.CSIVolumeClaimStateNodeDetached:       EventClaimNodeDetached,
 	structs.CSIVolumeClaimStateControllerDetached: EventClaimControllerDetached,

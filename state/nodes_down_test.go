@@ -5,13 +5,13 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
-	"github.com/volplane/volplane/testutil"
 )
 
 func TestNodeDown_InstancesUnhealthyUntilBack(t *testing.T) {
 	s := TestStateStore(t)
-	n := testutil.NodeWithController("dev")
+	n := mock.NodeWithController("dev")
 	must.NoError(t, s.UpsertNode(10, n))
 
 	p, err := s.CSIPluginByID(nil, "dev")

@@ -1,5 +1,7 @@
 package structs
 
+import "time"
+
 // The ClientCSI calls are made by servers to client agents, over the
 // yamux session the client holds with a server. The same method names exist
 // on the servers, which pick the node (for controller calls, a healthy
@@ -11,7 +13,18 @@ package structs
 type ClientCSITarget struct {
 	// NodeID is volplane's ID of the node whose agent serves the call.
 	NodeID string
+	// Timeout is how long the server making the call still waits for its
+	// answer, less a margin for the answer's way back; the agent ends the
+	// plugin call when it passes, and a server the call is forwarded to
+	// waits no longer either. Zero leaves their own limits.
+	Timeout time.Duration
 }
+
+// CallTimeout is the request's Timeout.
+func (t *ClientCSITarget) CallTimeout() time.Duration { return t.Timeout }
+
+// SetCallTimeout sets the request's Timeout.
+func (t *ClientCSITarget) SetCallTimeout(d time.Duration) { t.Timeout = d }
 
 // ClientCSIControllerAttachVolumeRequest asks a controller instance to
 // ControllerPublish a volume to a node.

@@ -21,9 +21,10 @@ func (m CSIVolumeClaimMode) String() string {
 	return "read"
 }
 
-// CSIVolumeClaimState is where a claim is in its life. The numbers follow
-// Nomad's wire values; the order of release is taken → unpublishing →
-// node-detached → controller-detached → ready-to-free → (removed).
+// CSIVolumeClaimState is where a claim is in its life. The numbers 0-4
+// follow Nomad's wire values and are never reused; the order of release is
+// taken → waiting-for-client → unpublishing → node-detached →
+// controller-detached → ready-to-free → (removed) (see ReleaseOrder).
 type CSIVolumeClaimState int
 
 const (
@@ -32,7 +33,19 @@ const (
 	CSIVolumeClaimStateControllerDetached CSIVolumeClaimState = 2
 	CSIVolumeClaimStateReadyToFree        CSIVolumeClaimState = 3
 	CSIVolumeClaimStateUnpublishing       CSIVolumeClaimState = 4
+	// CSIVolumeClaimStateWaitingForClient is a claim of an allocation the
+	// servers stopped while its client still runs its tasks: nothing may be
+	// unpublished under them. The state store moves it to unpublishing in
+	// the write that records the client's report that the tasks stopped
+	// (or that loses the allocation with its node); a release does not try
+	// anything meanwhile, so waiting is neither an attempt nor an error.
+	// Not Nomad's: Nomad keeps such a claim live until then.
+	CSIVolumeClaimStateWaitingForClient CSIVolumeClaimState = 5
 )
+
+// WaitingForClientNote is the note a claim waiting for its client carries,
+// as volume status shows it.
+const WaitingForClientNote = "waiting for the client to stop tasks"
 
 func (s CSIVolumeClaimState) String() string {
 	switch s {
@@ -46,8 +59,38 @@ func (s CSIVolumeClaimState) String() string {
 		return "ready-to-free"
 	case CSIVolumeClaimStateUnpublishing:
 		return "unpublishing"
+	case CSIVolumeClaimStateWaitingForClient:
+		return "waiting-for-client"
 	}
 	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// ReleaseOrder is the state's position in a claim's life, from 0 (taken)
+// to 5 (ready-to-free), and -1 for a state that does not exist: a claim
+// only ever moves to a state of a higher order (or stays, recording a
+// failed attempt). The wire numbers are not in that order.
+func (s CSIVolumeClaimState) ReleaseOrder() int {
+	switch s {
+	case CSIVolumeClaimStateTaken:
+		return 0
+	case CSIVolumeClaimStateWaitingForClient:
+		return 1
+	case CSIVolumeClaimStateUnpublishing:
+		return 2
+	case CSIVolumeClaimStateNodeDetached:
+		return 3
+	case CSIVolumeClaimStateControllerDetached:
+		return 4
+	case CSIVolumeClaimStateReadyToFree:
+		return 5
+	}
+	return -1
+}
+
+// NodeStepPending reports whether a claim being released may still be
+// published on its node: its node step (unpublish, unstage) has not run.
+func (s CSIVolumeClaimState) NodeStepPending() bool {
+	return s.ReleaseOrder() >= 0 && s.ReleaseOrder() < CSIVolumeClaimStateNodeDetached.ReleaseOrder()
 }
 
 // CSIVolumeClaim is one allocation's hold on a volume, with everything a
@@ -258,28 +301,13 @@ func (v *CSIVolume) Claim(c *CSIVolumeClaim) error {
 		}
 		v.PastClaims = setClaim(v.PastClaims, c.Copy())
 		return nil
+	case CSIVolumeClaimStateWaitingForClient:
+		// Only the state store puts a claim in this state, in the write
+		// that stops its allocation: a checkpoint cannot move one back.
+		return NewError(ErrCodeInvalid, "volume %q: allocation %q: a claim waits for its client only when its allocation is stopped, not by a checkpoint",
+			v.ID, c.AllocationID)
 	}
 	return NewError(ErrCodeInvalid, "volume %q: allocation %q: unknown claim state %d", v.ID, c.AllocationID, c.State)
-}
-
-// releaseRank orders the claim states along the release: taken, then
-// unpublishing, node-detached, controller-detached and ready-to-free. The
-// wire numbers cannot be compared directly (unpublishing, the first step,
-// was added last).
-func releaseRank(s CSIVolumeClaimState) int {
-	switch s {
-	case CSIVolumeClaimStateTaken:
-		return 0
-	case CSIVolumeClaimStateUnpublishing:
-		return 1
-	case CSIVolumeClaimStateNodeDetached:
-		return 2
-	case CSIVolumeClaimStateControllerDetached:
-		return 3
-	case CSIVolumeClaimStateReadyToFree:
-		return 4
-	}
-	return -1
 }
 
 // checkCheckpoint applies the rules of a release checkpoint (any state but
@@ -316,7 +344,7 @@ func (v *CSIVolume) checkCheckpoint(c *CSIVolumeClaim) error {
 				v.ID, c.AllocationID, CSIVolumeClaimStateUnpublishing, c.State)
 		}
 	}
-	if releaseRank(c.State) < releaseRank(from) {
+	if c.State.ReleaseOrder() < from.ReleaseOrder() {
 		return NewError(ErrCodeConflict, "volume %q: allocation %q: the release is at %s and cannot go back to %s",
 			v.ID, c.AllocationID, from, c.State)
 	}
@@ -395,4 +423,37 @@ func (v *CSIVolume) unschedulableReason() string {
 		return fmt.Sprintf("volume is currently unschedulable: plugin %q requires a controller and has no healthy controllers", v.PluginID)
 	}
 	return "volume is currently unschedulable"
+}
+
+// OtherUserOnNode is the one decision of whether another allocation than
+// allocID still uses the volume on nodeID, so that the volume must stay
+// attached there (a release then skips its controller step). It returns
+// such an allocation and why, or "" when there is none. A claim being
+// released counts until its node step is done, whatever its allocation's
+// status: the volume may still be published there. A live claim counts
+// while its allocation is known and not terminal; alloc looks an
+// allocation up (nil when it is gone).
+func (v *CSIVolume) OtherUserOnNode(allocID, nodeID string, alloc func(id string) (*Allocation, error)) (string, string, error) {
+	for _, m := range []map[string]*CSIVolumeClaim{v.ReadClaims, v.WriteClaims, v.PastClaims} {
+		for _, id := range slices.Sorted(maps.Keys(m)) {
+			c := m[id]
+			if id == allocID || c.NodeID != nodeID {
+				continue
+			}
+			if past := v.PastClaims[id]; past != nil {
+				if past.State.NodeStepPending() {
+					return id, fmt.Sprintf("allocation %q on the same node is not node-detached yet (%s)", id, past.State), nil
+				}
+				continue
+			}
+			a, err := alloc(id)
+			if err != nil {
+				return "", "", err
+			}
+			if a != nil && !a.Terminal() {
+				return id, fmt.Sprintf("allocation %q on the same node still uses the volume", id), nil
+			}
+		}
+	}
+	return "", "", nil
 }

@@ -737,3 +737,62 @@ func TestCSIVolume_ClaimCheckpointRules(t *testing.T) {
 		})
 	}
 }
+
+func TestCSIVolumeClaimState_ReleaseOrder(t *testing.T) {
+	order := []CSIVolumeClaimState{CSIVolumeClaimStateTaken, CSIVolumeClaimStateWaitingForClient,
+		CSIVolumeClaimStateUnpublishing, CSIVolumeClaimStateNodeDetached, CSIVolumeClaimStateControllerDetached,
+		CSIVolumeClaimStateReadyToFree}
+	for i, s := range order {
+		must.Eq(t, i, s.ReleaseOrder(), must.Sprint(s))
+		must.Eq(t, i < 3, s.NodeStepPending(), must.Sprint(s))
+	}
+	must.Eq(t, -1, CSIVolumeClaimState(9).ReleaseOrder())
+	must.False(t, CSIVolumeClaimState(9).NodeStepPending())
+}
+
+func TestCSIVolume_OtherUserOnNode(t *testing.T) {
+	claim := func(alloc, node string) *CSIVolumeClaim {
+		return &CSIVolumeClaim{AllocationID: alloc, NodeID: node, Mode: CSIVolumeClaimRead}
+	}
+	allocs := map[string]*Allocation{
+		"live":    {ID: "live", DesiredStatus: AllocDesiredStatusRun, ClientStatus: AllocClientStatusRunning},
+		"stopped": {ID: "stopped", DesiredStatus: AllocDesiredStatusStop, ClientStatus: AllocClientStatusRunning},
+		"done":    {ID: "done", DesiredStatus: AllocDesiredStatusRun, ClientStatus: AllocClientStatusComplete},
+	}
+	lookup := func(id string) (*Allocation, error) { return allocs[id], nil }
+	for name, tc := range map[string]struct {
+		vol  *CSIVolume
+		want string
+	}{
+		"a live allocation on the node": {&CSIVolume{ReadClaims: map[string]*CSIVolumeClaim{
+			"me": claim("me", "n1"), "live": claim("live", "n1")}}, "live"},
+		"a live allocation on another node does not count": {&CSIVolume{ReadClaims: map[string]*CSIVolumeClaim{
+			"me": claim("me", "n1"), "live": claim("live", "n2")}}, ""},
+		"a terminal allocation without a past claim does not count": {&CSIVolume{ReadClaims: map[string]*CSIVolumeClaim{
+			"me": claim("me", "n1"), "done": claim("done", "n1")}}, ""},
+		"a gone allocation does not count": {&CSIVolume{ReadClaims: map[string]*CSIVolumeClaim{
+			"me": claim("me", "n1"), "gone": claim("gone", "n1")}}, ""},
+		"a claim waiting for its client counts, its allocation stopped or not": {&CSIVolume{
+			ReadClaims: map[string]*CSIVolumeClaim{"me": claim("me", "n1"), "stopped": claim("stopped", "n1")},
+			PastClaims: map[string]*CSIVolumeClaim{"stopped": {AllocationID: "stopped", NodeID: "n1", State: CSIVolumeClaimStateWaitingForClient}},
+		}, "stopped"},
+		"a node-detached claim does not count": {&CSIVolume{
+			ReadClaims: map[string]*CSIVolumeClaim{"me": claim("me", "n1"), "stopped": claim("stopped", "n1")},
+			PastClaims: map[string]*CSIVolumeClaim{"stopped": {AllocationID: "stopped", NodeID: "n1", State: CSIVolumeClaimStateNodeDetached}},
+		}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, why, err := tc.vol.OtherUserOnNode("me", "n1", lookup)
+			must.NoError(t, err)
+			must.Eq(t, tc.want, got)
+			must.Eq(t, tc.want == "", why == "")
+		})
+	}
+}
+
+func TestNodeDownOrGone(t *testing.T) {
+	must.True(t, NodeDownOrGone(nil))
+	must.True(t, NodeDownOrGone(&Node{Status: NodeStatusDown}))
+	must.False(t, NodeDownOrGone(&Node{Status: NodeStatusReady}))
+	must.False(t, NodeDownOrGone(&Node{Status: NodeStatusInit}))
+}

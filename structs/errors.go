@@ -37,9 +37,17 @@ var knownCodes = map[ErrorCode]struct{}{
 type Error struct {
 	Code    ErrorCode
 	Message string
+	// Cause is the error this one was made from (Wrap keeps it), so that
+	// errors.Is and errors.As still find it: a context's deadline, a
+	// connection error. It stays on this side of the wire: only the code
+	// and the message cross it.
+	Cause error `codec:"-" json:"-"`
 }
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Unwrap returns the cause, nil when there is none.
+func (e *Error) Unwrap() error { return e.Cause }
 
 // Is lets errors.Is(err, &Error{Code: X}) match on the code alone, and
 // errors.Is(err, ErrNoLeader) match a sentinel that crossed the wire (and so
@@ -100,14 +108,14 @@ func MessageOf(err error) string {
 	return err.Error()
 }
 
-// Wrap prefixes context to err's message and keeps its code. A plain error
-// becomes an internal one.
+// Wrap prefixes context to err's message and keeps its code, and err as
+// its cause. A plain error becomes an internal one.
 func Wrap(err error, format string, args ...any) error {
 	if err == nil {
 		return nil
 	}
 	prefix := fmt.Sprintf(format, args...)
-	return &Error{Code: CodeOf(err), Message: prefix + ": " + MessageOf(err)}
+	return &Error{Code: CodeOf(err), Message: prefix + ": " + MessageOf(err), Cause: err}
 }
 
 // ParseError rebuilds a typed error from its wire text. Text that does not

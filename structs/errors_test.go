@@ -1,6 +1,7 @@
 package structs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -187,4 +188,13 @@ func TestMultiError(t *testing.T) {
 		err := m.ErrorOrNil("s")
 		must.Eq(t, err, error(ParseError(err.Error())))
 	})
+}
+
+func TestWrap_KeepsTheCause(t *testing.T) {
+	err := Wrap(Wrap(fmt.Errorf("call: %w", context.DeadlineExceeded), "node detach"), "volume %q", "v")
+	must.ErrorIs(t, err, context.DeadlineExceeded, must.Sprint("errors.Is reaches the cause through every Wrap"))
+	must.Eq(t, ErrCodeInternal, CodeOf(err))
+	must.Eq(t, `volume "v": node detach: call: context deadline exceeded`, MessageOf(err))
+	wire := ParseError(err.Error())
+	must.Nil(t, errors.Unwrap(wire), must.Sprint("only the code and the message cross the wire"))
 }

@@ -18,6 +18,15 @@ func ValidNodeStatus(s string) bool {
 	return s == NodeStatusInit || s == NodeStatusReady || s == NodeStatusDown
 }
 
+// NodeDownOrGone is the one decision of whether nothing can be asked of a
+// node's agent any more: the node is gone from the state (n is nil) or
+// marked down, which the servers do only once it missed its heartbeats
+// beyond the grace period. A release then skips the node step (its
+// allocations were lost, and a returning agent cleans up for itself); an
+// operator's detach may release claims of allocations still listed as
+// running there.
+func NodeDownOrGone(n *Node) bool { return n == nil || n.Status == NodeStatusDown }
+
 // Node is a client agent's machine.
 type Node struct {
 	ID   string

@@ -9,6 +9,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
@@ -17,7 +18,7 @@ import (
 // shown by their labels.
 func (h *harness) detach(node string) ([]string, error) {
 	h.t.Helper()
-	steps, err := h.w.Detach(context.Background(), h.vol.Namespace, h.vol.ID, h.nodes[node].ID)
+	steps, err := h.w.Detach(context.Background(), h.vol.Namespace, h.vol.ID, h.nodes[node].ID, 10*time.Second)
 	h.backend.mu.Lock()
 	defer h.backend.mu.Unlock()
 	for i, s := range steps {
@@ -118,7 +119,7 @@ func TestWatcher_Detach(t *testing.T) {
 	t.Run("only the claims on the given node", func(t *testing.T) {
 		h := newHarness(t)
 		withController(h)
-		h.addNode("client2", testutil.Node("dev"))
+		h.addNode("client2", mock.Node("dev"))
 		h.reader("a1", "client")
 		h.reader("a2", "client2")
 		h.complete("a1", "a2")
@@ -151,7 +152,7 @@ func TestWatcher_Detach(t *testing.T) {
 
 		inCall, release := make(chan struct{}), make(chan struct{})
 		var first sync.Once
-		h.backend.setDuring(func(kind string) {
+		h.backend.setDuring(func(_ context.Context, kind string) {
 			// Only the detach's node call blocks: a worker's call running
 			// alongside it is recorded as an overlap and fails the test.
 			first.Do(func() {
@@ -165,7 +166,7 @@ func TestWatcher_Detach(t *testing.T) {
 		}
 		done := make(chan result, 1)
 		go func() {
-			steps, err := h.w.Detach(context.Background(), h.vol.Namespace, h.vol.ID, h.nodes["client"].ID)
+			steps, err := h.w.Detach(context.Background(), h.vol.Namespace, h.vol.ID, h.nodes["client"].ID, time.Second)
 			done <- result{steps, err}
 		}()
 		<-inCall
@@ -199,9 +200,9 @@ func TestWatcher_Process(t *testing.T) {
 		withController(h)
 		h.w = New(Config{Backend: h.backend, Clock: h.clock})
 		must.NoError(t, h.store.CSIVolumeDeregister(h.backend.nextIndex(), h.vol.Namespace, []string{h.vol.ID}, false))
-		next, err := h.w.process(context.Background(), h.key(), "", false)
-		must.NoError(t, err)
-		must.True(t, next.IsZero())
+		res := h.w.process(context.Background(), h.key(), "", false)
+		must.NoError(t, res.err)
+		must.True(t, res.next.IsZero())
 		must.SliceEmpty(t, h.backend.takeCalls())
 	})
 
@@ -211,14 +212,14 @@ func TestWatcher_Process(t *testing.T) {
 		h.writer("a1", "client")
 		h.complete("a1")
 		h.w = New(Config{Backend: h.backend, Clock: h.clock})
-		h.backend.setDuring(func(kind string) {
+		h.backend.setDuring(func(_ context.Context, kind string) {
 			if err := h.store.CSIVolumeDeregister(h.backend.nextIndex(), h.vol.Namespace, []string{h.vol.ID}, true); err != nil {
 				t.Errorf("force-deregistering during the %s: %v", kind, err)
 			}
 		})
-		next, err := h.w.process(context.Background(), h.key(), "", false)
-		must.NoError(t, err)
-		must.True(t, next.IsZero(), must.Sprintf("retry at %s", next))
+		res := h.w.process(context.Background(), h.key(), "", false)
+		must.NoError(t, res.err)
+		must.True(t, res.next.IsZero(), must.Sprintf("retry at %s", res.next))
 		mustCalls(t, "the release", []string{nodeCall("a1", "client")}, h.backend.takeCalls())
 	})
 
@@ -232,9 +233,9 @@ func TestWatcher_Process(t *testing.T) {
 		at := h.clock.Now().Add(time.Minute)
 		c.Attempts, c.LastError, c.NextAttempt = 3, "earlier failure", at.UnixNano()
 		must.NoError(t, h.backend.Checkpoint(h.vol.Namespace, h.vol.ID, c, h.clock.Now()))
-		next, err := h.w.process(context.Background(), h.key(), "", false)
-		must.NoError(t, err)
-		must.Eq(t, at, next)
+		res := h.w.process(context.Background(), h.key(), "", false)
+		must.NoError(t, res.err)
+		must.Eq(t, at, res.next)
 		must.SliceEmpty(t, h.backend.takeCalls())
 	})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-memdb"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/state"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -115,6 +116,8 @@ type fakeBackend struct {
 	// volumes with past claims, read to its end), and the volume reads a
 	// release begins with.
 	passesStarted, passesDone, volumeReads atomic.Int64
+	// allocReads counts the allocation reads of releases.
+	allocReads atomic.Int64
 
 	mu          sync.Mutex
 	labels      *strings.Replacer
@@ -123,8 +126,9 @@ type fakeBackend struct {
 	checkpoints []string
 	failures    map[string][]*failure
 	// during runs inside a plugin call, after it is recorded and before it
-	// returns: a test changes state there "while the plugin works".
-	during   func(kind string)
+	// returns: a test changes state there "while the plugin works". A call
+	// whose context ends meanwhile fails with the context's error.
+	during   func(ctx context.Context, kind string)
 	nodeReqs []*structs.ClientCSINodeDetachVolumeRequest
 	ctrlReqs []*structs.ClientCSIControllerDetachVolumeRequest
 	inFlight map[string]int // volume -> plugin calls running
@@ -169,7 +173,7 @@ func (b *fakeBackend) clearFailures() {
 	b.failures = map[string][]*failure{}
 }
 
-func (b *fakeBackend) setDuring(f func(kind string)) {
+func (b *fakeBackend) setDuring(f func(ctx context.Context, kind string)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.during = f
@@ -201,22 +205,22 @@ func (b *fakeBackend) overlaps() []string {
 
 func (b *fakeBackend) State() State { return countingState{b.store, b} }
 
-func (b *fakeBackend) NodeDetach(req *structs.ClientCSINodeDetachVolumeRequest) error {
+func (b *fakeBackend) NodeDetach(ctx context.Context, req *structs.ClientCSINodeDetachVolumeRequest) error {
 	b.mu.Lock()
 	b.nodeReqs = append(b.nodeReqs, req)
 	b.mu.Unlock()
-	return b.call(callNode, req.VolumeID, req.NodeID, fmt.Sprintf("%s %s on %s", callNode, req.AllocID, req.NodeID))
+	return b.call(ctx, callNode, req.VolumeID, req.NodeID, fmt.Sprintf("%s %s on %s", callNode, req.AllocID, req.NodeID))
 }
 
-func (b *fakeBackend) ControllerDetach(req *structs.ClientCSIControllerDetachVolumeRequest) error {
+func (b *fakeBackend) ControllerDetach(ctx context.Context, req *structs.ClientCSIControllerDetachVolumeRequest) error {
 	b.mu.Lock()
 	b.ctrlReqs = append(b.ctrlReqs, req)
 	b.mu.Unlock()
 	node := strings.TrimPrefix(req.ClientCSINodeID, "ext-")
-	return b.call(callController, req.VolumeID, node, fmt.Sprintf("%s from %s", callController, req.ClientCSINodeID))
+	return b.call(ctx, callController, req.VolumeID, node, fmt.Sprintf("%s from %s", callController, req.ClientCSINodeID))
 }
 
-func (b *fakeBackend) call(kind, volume, node, desc string) error {
+func (b *fakeBackend) call(ctx context.Context, kind, volume, node, desc string) error {
 	b.mu.Lock()
 	b.inFlight[volume]++
 	if b.inFlight[volume] > 1 {
@@ -245,7 +249,10 @@ func (b *fakeBackend) call(kind, volume, node, desc string) error {
 	b.mu.Unlock()
 
 	if during != nil {
-		during(kind)
+		during(ctx, kind)
+		if err == nil {
+			err = ctx.Err()
+		}
 	}
 
 	b.mu.Lock()
@@ -258,11 +265,19 @@ func (b *fakeBackend) call(kind, volume, node, desc string) error {
 // CSIVolumeClaimRequest, at the next index.
 func (b *fakeBackend) Checkpoint(namespace, volumeID string, claim *structs.CSIVolumeClaim, now time.Time) error {
 	c := claim.Copy() // what crosses Raft is a copy
+	var prev *structs.CSIVolumeClaim
+	if v, _ := b.store.CSIVolumeByID(nil, namespace, volumeID); v != nil {
+		prev = v.PastClaims[c.AllocationID]
+	}
 	err := b.store.CSIVolumeClaim(b.nextIndex(), now.UnixNano(), namespace, volumeID, c)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	desc := fmt.Sprintf("%s %s", c.AllocationID, c.State)
-	if c.Attempts > 0 {
+	switch {
+	case c.Attempts > 0 && prev != nil && prev.State == c.State && prev.Attempts == c.Attempts:
+		// The start of a retry, stamped with the time it may last.
+		desc += fmt.Sprintf(" retrying after attempt %d", c.Attempts)
+	case c.Attempts > 0:
 		desc += fmt.Sprintf(" attempt %d", c.Attempts)
 	}
 	if c.Note != "" {
@@ -296,6 +311,11 @@ func (s countingState) CSIVolumesWithPastClaims(ws memdb.WatchSet) (memdb.Result
 func (s countingState) CSIVolumeByID(ws memdb.WatchSet, namespace, id string) (*structs.CSIVolume, error) {
 	s.b.volumeReads.Add(1)
 	return s.StateStore.CSIVolumeByID(ws, namespace, id)
+}
+
+func (s countingState) AllocByID(ws memdb.WatchSet, id string) (*structs.Allocation, error) {
+	s.b.allocReads.Add(1)
+	return s.StateStore.AllocByID(ws, id)
 }
 
 // passIter counts a pass as done when it has been read to its end: by then
@@ -359,7 +379,7 @@ func (h *harness) addNode(label string, n *structs.Node) *structs.Node {
 // addVolume registers a volume of plugin "dev".
 func (h *harness) addVolume() *structs.CSIVolume {
 	h.t.Helper()
-	v := testutil.CSIVolume("dev")
+	v := mock.CSIVolume("dev")
 	must.NoError(h.t, h.store.UpsertCSIVolume(h.backend.nextIndex(), []*structs.CSIVolume{v}))
 	h.vol = v
 	return v
@@ -397,13 +417,25 @@ func (h *harness) reader(allocID, node string) {
 // claims into past claims.
 func (h *harness) complete(allocIDs ...string) {
 	h.t.Helper()
+	h.updateAllocs(allocIDs, func(a *structs.Allocation) { a.ClientStatus = structs.AllocClientStatusComplete })
+}
+
+// stopAllocs has the servers stop allocations (a job stop) while their
+// client still runs them: their claims wait for the client.
+func (h *harness) stopAllocs(allocIDs ...string) {
+	h.t.Helper()
+	h.updateAllocs(allocIDs, func(a *structs.Allocation) { a.DesiredStatus = structs.AllocDesiredStatusStop })
+}
+
+func (h *harness) updateAllocs(allocIDs []string, change func(*structs.Allocation)) {
+	h.t.Helper()
 	var allocs []*structs.Allocation
 	for _, id := range allocIDs {
 		a, err := h.store.AllocByID(nil, id)
 		must.NoError(h.t, err)
 		must.NotNil(h.t, a)
 		c := a.Copy()
-		c.ClientStatus = structs.AllocClientStatusComplete
+		change(c)
 		c.ModifyTime = h.now()
 		allocs = append(allocs, c)
 	}
@@ -578,6 +610,10 @@ func (h *harness) idle() (bool, error) {
 		}
 		var next time.Time
 		for id, c := range v.PastClaims {
+			if c.State == structs.CSIVolumeClaimStateWaitingForClient {
+				// Left alone until the client's report moves it on.
+				continue
+			}
 			due := time.Unix(0, c.NextAttempt)
 			if c.NextAttempt == 0 || !due.After(now) {
 				return false, fmt.Errorf("the claim of %s on %s is due", id, k)
@@ -600,7 +636,15 @@ func (h *harness) idle() (bool, error) {
 		}
 	}
 	for k, next := range want {
-		if at, ok := q.ready[k]; !ok || at.After(next) {
+		at, ok := q.ready[k]
+		if next.IsZero() {
+			// Only claims waiting for their client: nothing to schedule.
+			if ok {
+				return false, fmt.Errorf("volume %s waits for its clients only, and is queued at %s", k, at)
+			}
+			continue
+		}
+		if !ok || at.After(next) {
 			return false, fmt.Errorf("volume %s is not queued for %s (queued: %v at %s)", k, next, ok, at)
 		}
 	}

@@ -130,40 +130,6 @@ func (q *queue) Done(key string) {
 	q.signal()
 }
 
-// Acquire waits until the key is not being processed and marks it, for
-// work done outside the workers (an operator's detach) that must not run
-// alongside them. It returns false if the queue closed.
-func (q *queue) Acquire(key string, cancel <-chan struct{}) bool {
-	for {
-		q.mu.Lock()
-		if q.closed {
-			q.mu.Unlock()
-			return false
-		}
-		if !q.processing[key] {
-			q.processing[key] = true
-			// A key waiting to be handed out would otherwise go to a
-			// worker while it is held: it waits for Done instead.
-			if at, ok := q.ready[key]; ok {
-				delete(q.ready, key)
-				q.dirty[key] = at
-			}
-			q.mu.Unlock()
-			return true
-		}
-		q.mu.Unlock()
-		// Polled on real time: an operator's detach is rare, and the
-		// workers' wake-ups are theirs.
-		select {
-		case <-cancel:
-			return false
-		case <-q.done:
-			return false
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
 // Len is the number of keys waiting or being processed.
 func (q *queue) Len() int {
 	q.mu.Lock()

@@ -83,42 +83,7 @@ func TestQueue_OneWorkerPerKey(t *testing.T) {
 		must.Zero(t, q.Len())
 	})
 
-	t.Run("a key held by Acquire is not handed out until Done", func(t *testing.T) {
-		c := newFakeClock()
-		q := newQueue(c)
-		q.AddAt("k", c.Now()) // due, waiting for a worker
-		must.True(t, q.Acquire("k", nil))
-		later := c.Now().Add(time.Second)
-		q.AddAt("later", later)
-		ch := getAsync(q)
-		waitTimer(t, c, ch, later)
-		q.Done("k")
-		r := recv(t, ch)
-		must.Eq(t, getResult{"k", true}, r, must.Sprint("the key waiting when it was acquired is handed out after Done"))
-		q.Done("k")
-		c.AdvanceTo(later)
-		must.Eq(t, "later", get(t, q))
-	})
-
-	t.Run("Acquire waits for a worker's processing", func(t *testing.T) {
-		q := newQueue(newFakeClock())
-		q.Add("k")
-		must.Eq(t, "k", get(t, q))
-		acquired := make(chan bool, 1)
-		go func() { acquired <- q.Acquire("k", nil) }()
-		q.Done("k")
-		select {
-		case ok := <-acquired:
-			must.True(t, ok)
-		case <-time.After(10 * time.Second):
-			t.Fatal("Acquire did not return after Done")
-		}
-		cancel := make(chan struct{})
-		close(cancel)
-		must.False(t, q.Acquire("k", cancel), must.Sprint("held: a cancelled Acquire gives up"))
-	})
-
-	t.Run("concurrent workers and Acquire never hold a key twice", func(t *testing.T) {
+	t.Run("concurrent workers never hold a key twice", func(t *testing.T) {
 		q := newQueue(newFakeClock())
 		var (
 			mu        sync.Mutex
@@ -160,12 +125,7 @@ func TestQueue_OneWorkerPerKey(t *testing.T) {
 			go func() {
 				defer producers.Done()
 				for i := range 500 {
-					k := fmt.Sprintf("vol-%d", (p+i)%5)
-					if i%50 == 0 && q.Acquire(k, nil) {
-						take(k)
-						continue
-					}
-					q.Add(k)
+					q.Add(fmt.Sprintf("vol-%d", (p+i)%5))
 				}
 			}()
 		}
@@ -284,6 +244,5 @@ func TestQueue_Close(t *testing.T) {
 		must.Eq(t, getResult{"", false}, recv(t, getAsync(q)))
 		q.Add("other")
 		must.Eq(t, 1, q.Len(), must.Sprint("only k, added before Close"))
-		must.False(t, q.Acquire("other", nil))
 	})
 }

@@ -2,10 +2,13 @@ package volumewatcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/hashicorp/go-memdb"
 
 	"github.com/volplane/volplane/structs"
 )
@@ -17,13 +20,27 @@ const (
 	StepFree       = "free"
 )
 
+// result is what a pass over one volume's past claims came to.
+type result struct {
+	// next is when the volume should be looked at again; zero: only when
+	// something changes.
+	next time.Time
+	// err is the first failed step's error.
+	err error
+	// waiting are the allocations whose claims wait for their client.
+	waiting []string
+}
+
+// errWaitingForClient ends a claim's pass while its allocation's client
+// still runs the tasks: not a failure, nothing was tried.
+var errWaitingForClient = errors.New(structs.WaitingForClientNote)
+
 // process releases the past claims of one volume, one claim after the
-// other, each as far as it goes. It returns when the key should be looked
-// at again (zero: only when something changes) and the first error. With
-// nodeID set only claims on that node are released, and force ignores
-// their backoff (an operator's detach); report, when set, is told of every
-// step.
-func (w *Watcher) process(ctx context.Context, k, nodeID string, force bool, report ...func(string)) (time.Time, error) {
+// other, each as far as it goes. With nodeID set only claims on that node
+// are released, and force ignores their backoff (an operator's detach);
+// report, when set, is told of every step. The caller holds the volume's
+// lock.
+func (w *Watcher) process(ctx context.Context, k, nodeID string, force bool, report ...func(string)) result {
 	say := func(format string, args ...any) {
 		if len(report) > 0 {
 			report[0](fmt.Sprintf(format, args...))
@@ -33,37 +50,44 @@ func (w *Watcher) process(ctx context.Context, k, nodeID string, force bool, rep
 	st := w.cfg.Backend.State()
 	vol, err := st.CSIVolumeByID(nil, ns, id)
 	if err != nil {
-		return w.clock.Now().Add(w.cfg.BaseDelay), err
+		return result{next: w.clock.Now().Add(w.cfg.BaseDelay), err: err}
 	}
 	if vol == nil {
 		// Deregistered meanwhile: nothing left to release.
 		say("volume %q is gone", id)
-		return time.Time{}, nil
+		return result{}
 	}
-	var next time.Time
-	var firstErr error
+	var res result
 	for _, allocID := range slices.Sorted(maps.Keys(vol.PastClaims)) {
 		if ctx.Err() != nil {
-			return time.Time{}, ctx.Err()
+			return result{err: ctx.Err()}
 		}
 		claim := vol.PastClaims[allocID].Copy()
 		if nodeID != "" && claim.NodeID != nodeID {
 			continue
 		}
 		if due := time.Unix(0, claim.NextAttempt); !force && claim.NextAttempt != 0 && due.After(w.clock.Now()) {
-			// Backing off after a failure, perhaps from a previous leader.
-			next = earliest(next, due)
+			// Backing off after a failure, or an attempt of a previous
+			// leader may still be in flight until then.
+			res.next = earliest(res.next, due)
 			continue
 		}
-		if err := w.advance(ctx, vol, claim, say); err != nil {
-			if ctx.Err() != nil {
-				return time.Time{}, ctx.Err()
-			}
+		err := w.advance(ctx, vol, claim, say)
+		switch {
+		case err == nil:
+		case errors.Is(err, errWaitingForClient):
+			// The client's report moves the claim on, and that write
+			// wakes the watch: nothing to schedule.
+			say("claim of allocation %q: %s", allocID, structs.WaitingForClientNote)
+			res.waiting = append(res.waiting, allocID)
+		case ctx.Err() != nil:
+			return result{err: ctx.Err()}
+		default:
 			if cur, rerr := w.cfg.Backend.State().CSIVolumeByID(nil, ns, id); rerr == nil && cur == nil {
 				// Deregistered during the step (its checkpoint found no
 				// volume): nothing left to release or to retry.
 				say("volume %q is gone", id)
-				return time.Time{}, nil
+				return result{}
 			}
 			due := w.recordFailure(ns, vol, claim, err)
 			say("claim of allocation %q: %v (attempt %d; next at %s)", allocID, structs.MessageOf(err), claim.Attempts,
@@ -71,13 +95,13 @@ func (w *Watcher) process(ctx context.Context, k, nodeID string, force bool, rep
 			// The other claims go on: a claim failing on its node must not
 			// hold back those on other nodes (its retry time would come
 			// first every time, and it would fail first again).
-			next = earliest(next, due)
-			if firstErr == nil {
-				firstErr = err
+			res.next = earliest(res.next, due)
+			if res.err == nil {
+				res.err = err
 			}
 		}
 	}
-	return next, firstErr
+	return res
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -88,7 +112,7 @@ func earliest(a, b time.Time) time.Time {
 }
 
 // advance takes one past claim through the release, checkpointing after
-// each step, until it is freed or a step fails.
+// each step, until it is freed, a step fails, or it waits for its client.
 func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim, say func(string, ...any)) error {
 	st := w.cfg.Backend.State()
 	for {
@@ -96,12 +120,12 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 			return ctx.Err()
 		}
 		switch claim.State {
-		case structs.CSIVolumeClaimStateTaken, structs.CSIVolumeClaimStateUnpublishing:
+		case structs.CSIVolumeClaimStateTaken, structs.CSIVolumeClaimStateWaitingForClient, structs.CSIVolumeClaimStateUnpublishing:
 			node, err := st.NodeByID(nil, claim.NodeID)
 			if err != nil {
 				return err
 			}
-			if node == nil || node.Status == structs.NodeStatusDown {
+			if structs.NodeDownOrGone(node) {
 				why := "gone"
 				if node != nil {
 					why = "down"
@@ -111,14 +135,30 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 					"node", claim.NodeID, "node_status", why)
 				say("%s", claim.Note)
 			} else {
+				if claim.State == structs.CSIVolumeClaimStateWaitingForClient {
+					// The state store moves the claim on when the client
+					// reports the tasks stopped; until then an unpublish
+					// would pull the volume from under them.
+					a, err := st.AllocByID(nil, claim.AllocationID)
+					if err != nil {
+						return err
+					}
+					if a != nil && !a.ClientTerminal() {
+						return errWaitingForClient
+					}
+				}
+				w.beginAttempt(vol, claim)
 				w.hook(w.cfg.Hooks.Attempt, StepNode)
-				if err := w.cfg.Backend.NodeDetach(&structs.ClientCSINodeDetachVolumeRequest{
-					PluginID: vol.PluginID, VolumeID: vol.ID, ExternalID: vol.RemoteID(),
-					AllocID: claim.AllocationID, AccessMode: claim.AccessMode, AttachmentMode: claim.AttachmentMode,
-					ReadOnly:        claim.Mode == structs.CSIVolumeClaimRead,
-					ClientCSITarget: structs.ClientCSITarget{NodeID: claim.NodeID},
-					WriteRequest:    structs.WriteRequest{Namespace: vol.Namespace},
-				}); err != nil {
+				err := w.step(ctx, func(ctx context.Context) error {
+					return w.cfg.Backend.NodeDetach(ctx, &structs.ClientCSINodeDetachVolumeRequest{
+						PluginID: vol.PluginID, VolumeID: vol.ID, ExternalID: vol.RemoteID(),
+						AllocID: claim.AllocationID, AccessMode: claim.AccessMode, AttachmentMode: claim.AttachmentMode,
+						ReadOnly:        claim.Mode == structs.CSIVolumeClaimRead,
+						ClientCSITarget: structs.ClientCSITarget{NodeID: claim.NodeID},
+						WriteRequest:    structs.WriteRequest{Namespace: vol.Namespace},
+					})
+				})
+				if err != nil {
 					w.hook(w.cfg.Hooks.Failure, StepNode)
 					return structs.Wrap(err, "node detach")
 				}
@@ -132,11 +172,15 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 				return err
 			}
 			if detach {
+				w.beginAttempt(vol, claim)
 				w.hook(w.cfg.Hooks.Attempt, StepController)
-				if err := w.cfg.Backend.ControllerDetach(&structs.ClientCSIControllerDetachVolumeRequest{
-					PluginID: vol.PluginID, VolumeID: vol.RemoteID(), ClientCSINodeID: claim.ExternalNodeID,
-					Secrets: vol.Secrets, WriteRequest: structs.WriteRequest{Namespace: vol.Namespace},
-				}); err != nil {
+				err := w.step(ctx, func(ctx context.Context) error {
+					return w.cfg.Backend.ControllerDetach(ctx, &structs.ClientCSIControllerDetachVolumeRequest{
+						PluginID: vol.PluginID, VolumeID: vol.RemoteID(), ClientCSINodeID: claim.ExternalNodeID,
+						Secrets: vol.Secrets, WriteRequest: structs.WriteRequest{Namespace: vol.Namespace},
+					})
+				})
+				if err != nil {
 					w.hook(w.cfg.Hooks.Failure, StepController)
 					return structs.Wrap(err, "controller detach")
 				}
@@ -163,9 +207,33 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 	}
 }
 
+// step runs one step's call within StepTimeout.
+func (w *Watcher) step(ctx context.Context, call func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.StepTimeout)
+	defer cancel()
+	return call(ctx)
+}
+
+// beginAttempt records, before a retry of a failed step, that the attempt
+// runs until its deadline at the latest: the claim's next attempt is then,
+// not the past due time that started it, for as long as the call lasts;
+// and a new leader does not call while an attempt of this one may still
+// be in flight. A first attempt writes nothing (an ordinary release costs
+// no extra Raft entry).
+func (w *Watcher) beginAttempt(vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) {
+	if claim.Attempts == 0 {
+		return
+	}
+	now := w.clock.Now()
+	claim.NextAttempt = now.Add(w.cfg.StepTimeout).UnixNano()
+	if err := w.cfg.Backend.Checkpoint(vol.Namespace, vol.ID, claim, now); err != nil {
+		w.logger.Warn("recording the start of a release attempt", "volume", vol.ID, "alloc", claim.AllocationID, "error", err)
+	}
+}
+
 // needsControllerDetach decides the controller step: skipped when the
-// plugin has no controller that detaches, or while another live allocation
-// on the same node still holds the volume (it must stay attached there).
+// plugin has no controller that detaches, or while another allocation on
+// the same node still uses the volume (it must stay attached there).
 func (w *Watcher) needsControllerDetach(st State, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) (bool, string, error) {
 	plugin, err := st.CSIPluginByID(nil, vol.PluginID)
 	if err != nil {
@@ -182,29 +250,14 @@ func (w *Watcher) needsControllerDetach(st State, vol *structs.CSIVolume, claim 
 	if cur == nil {
 		return false, "", structs.ErrNotFound("volume %q not found", vol.ID)
 	}
-	for _, m := range []map[string]*structs.CSIVolumeClaim{cur.ReadClaims, cur.WriteClaims} {
-		for allocID, c := range m {
-			if allocID == claim.AllocationID || c.NodeID != claim.NodeID {
-				continue
-			}
-			if past := cur.PastClaims[allocID]; past != nil {
-				// Another claim being released on the node is still
-				// published there until its node step is done: the
-				// controller must not detach before it (its release
-				// detaches instead).
-				if past.State == structs.CSIVolumeClaimStateTaken || past.State == structs.CSIVolumeClaimStateUnpublishing {
-					return false, fmt.Sprintf("allocation %q on the same node is not node-detached yet", allocID), nil
-				}
-				continue
-			}
-			a, err := st.AllocByID(nil, allocID)
-			if err != nil {
-				return false, "", err
-			}
-			if a != nil && !a.Terminal() {
-				return false, fmt.Sprintf("allocation %q on the same node still uses the volume", allocID), nil
-			}
-		}
+	other, why, err := cur.OtherUserOnNode(claim.AllocationID, claim.NodeID, func(id string) (*structs.Allocation, error) {
+		return st.AllocByID(nil, id)
+	})
+	if err != nil {
+		return false, "", err
+	}
+	if other != "" {
+		return false, why, nil
 	}
 	if claim.ExternalNodeID == "" {
 		return false, "the claim has no provider node ID to detach from", nil
@@ -233,22 +286,51 @@ func (w *Watcher) hook(f func(string), step string) {
 }
 
 // Detach releases now, ignoring backoff, the past claims of a volume on a
-// node, and reports every step. It waits for any release of the volume in
-// progress, so there is one operation at a time per volume. It fails when
-// the watcher is not running (this server is not the leader).
-func (w *Watcher) Detach(ctx context.Context, namespace, volumeID, nodeID string) ([]string, error) {
+// node, and reports every step. It holds the volume's lock, so it waits
+// for any operation on the volume in flight. A claim whose allocation's
+// client still runs the tasks is waited for up to waitForClient; the error
+// then says so (ErrCodeConflict). It fails when the watcher is not running
+// (this server is not the leader).
+func (w *Watcher) Detach(ctx context.Context, namespace, volumeID, nodeID string, waitForClient time.Duration) ([]string, error) {
 	w.mu.Lock()
-	q := w.queue
+	running := w.queue != nil
 	w.mu.Unlock()
-	if q == nil {
+	if !running {
 		return nil, structs.ErrNoLeader
 	}
 	k := key(namespace, volumeID)
-	if !q.Acquire(k, ctx.Done()) {
-		return nil, structs.ErrNoLeader
-	}
-	defer q.Done(k)
 	var steps []string
-	_, err := w.process(ctx, k, nodeID, true, func(s string) { steps = append(steps, s) })
-	return steps, err
+	reported := map[string]bool{}
+	report := func(s string) {
+		// A claim waited for is reported once, not at every pass.
+		if !reported[s] {
+			reported[s] = true
+			steps = append(steps, s)
+		}
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, waitForClient)
+	defer cancel()
+	for {
+		// Watch the volume from before the pass, so that a client's
+		// report landing during it is not missed.
+		st := w.cfg.Backend.State()
+		ws := memdb.NewWatchSet()
+		ws.Add(st.AbandonCh())
+		if _, err := st.CSIVolumeByID(ws, namespace, volumeID); err != nil {
+			return steps, err
+		}
+		unlock, err := w.Lock(ctx, namespace, volumeID)
+		if err != nil {
+			return steps, err
+		}
+		res := w.process(ctx, k, nodeID, true, report)
+		unlock()
+		if len(res.waiting) == 0 || res.err != nil {
+			return steps, res.err
+		}
+		if ws.WatchCtx(waitCtx) != nil {
+			return steps, structs.ErrConflict("volume %q: allocation %q on node %q: %s; its release goes on once the client reports them stopped",
+				volumeID, res.waiting[0], nodeID, structs.WaitingForClientNote)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package volumewatcher
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -8,8 +9,8 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
-	"github.com/volplane/volplane/testutil"
 )
 
 // A step of a release scenario: something happens (do), the watcher
@@ -64,8 +65,8 @@ var (
 // attach/detach) and a node instance, and a node running only a node
 // instance, where the allocations run.
 func withController(h *harness) {
-	h.addNode("ctrl", testutil.NodeWithController("dev"))
-	h.addNode("client", testutil.Node("dev"))
+	h.addNode("ctrl", mock.NodeWithController("dev"))
+	h.addNode("client", mock.Node("dev"))
 	h.addVolume()
 }
 
@@ -131,6 +132,90 @@ func TestWatcher_Release(t *testing.T) {
 			},
 		},
 		{
+			name:  "allocation stopped while its client runs it: nothing tried until the client reports the tasks stopped",
+			setup: func(t *testing.T, h *harness) { withController(h); h.writer("a1", "client") },
+			steps: []releaseStep{
+				{
+					name: "the servers stop it",
+					do:   func(t *testing.T, h *harness) { h.stopAllocs("a1") },
+					check: func(t *testing.T, h *harness) {
+						c := h.past("a1")
+						must.NotNil(t, c)
+						must.Eq(t, structs.CSIVolumeClaimStateWaitingForClient, c.State)
+						must.Eq(t, structs.WaitingForClientNote, c.Note)
+						must.Zero(t, c.Attempts, must.Sprint("waiting is not an attempt"))
+						must.Eq(t, "", c.LastError)
+						must.Zero(t, c.NextAttempt)
+						_, queued := h.queued(h.key())
+						must.False(t, queued, must.Sprint("nothing to retry: the client's report wakes the volume"))
+						h.hooks.Lock()
+						defer h.hooks.Unlock()
+						must.SliceEmpty(t, h.hooks.attempts)
+						must.SliceEmpty(t, h.hooks.failures)
+					},
+				},
+				{
+					name:  "much later, still nothing",
+					do:    func(t *testing.T, h *harness) { h.clock.Advance(time.Hour) },
+					check: func(t *testing.T, h *harness) { must.Zero(t, h.past("a1").Attempts) },
+				},
+				{
+					name:        "its client reports the tasks stopped",
+					do:          func(t *testing.T, h *harness) { h.complete("a1") },
+					calls:       []string{nodeCall("a1", "client"), ctrlCall("client")},
+					checkpoints: releasedCheckpoints("a1", ""),
+					check: func(t *testing.T, h *harness) {
+						h.mustFreed("a1")
+						h.hooks.Lock()
+						defer h.hooks.Unlock()
+						must.Eq(t, []string{StepNode, StepController, StepFree}, h.hooks.attempts)
+						must.SliceEmpty(t, h.hooks.failures)
+					},
+				},
+			},
+		},
+		{
+			name:  "a claim waiting for its client whose node goes down: node step skipped, freed",
+			setup: func(t *testing.T, h *harness) { withController(h); h.writer("a1", "client"); h.stopAllocs("a1") },
+			steps: []releaseStep{
+				{name: "waiting"},
+				{
+					name:        "the node is down beyond its grace: the allocation is lost",
+					do:          func(t *testing.T, h *harness) { h.nodeDown("client") },
+					calls:       []string{ctrlCall("client")},
+					checkpoints: releasedCheckpoints("a1", "node step skipped: node client is down"),
+					check:       freed("a1"),
+				},
+			},
+		},
+		{
+			name: "a claim waiting for its client keeps the volume attached to the node for another claim released there",
+			setup: func(t *testing.T, h *harness) {
+				withController(h)
+				h.reader("a1", "client")
+				h.reader("a2", "client")
+				h.stopAllocs("a2")
+				h.complete("a1")
+			},
+			steps: []releaseStep{
+				{
+					calls:       []string{nodeCall("a1", "client")},
+					checkpoints: []string{"a1 node-detached", "a1 controller-detached", "a1 ready-to-free"},
+					check: func(t *testing.T, h *harness) {
+						h.mustFreed("a1")
+						must.Eq(t, structs.CSIVolumeClaimStateWaitingForClient, h.past("a2").State)
+					},
+				},
+				{
+					name:        "the other allocation's client reports its tasks stopped",
+					do:          func(t *testing.T, h *harness) { h.complete("a2") },
+					calls:       []string{nodeCall("a2", "client"), ctrlCall("client")},
+					checkpoints: releasedCheckpoints("a2", ""),
+					check:       freed("a2"),
+				},
+			},
+		},
+		{
 			name:  "node down: node step skipped with a note, controller detach, freed",
 			setup: func(t *testing.T, h *harness) { withController(h); h.writer("a1", "client"); h.nodeDown("client") },
 			steps: []releaseStep{{
@@ -156,7 +241,7 @@ func TestWatcher_Release(t *testing.T) {
 		{
 			name: "controller not required: node detach only, freed",
 			setup: func(t *testing.T, h *harness) {
-				h.addNode("client", testutil.Node("dev"))
+				h.addNode("client", mock.Node("dev"))
 				h.addVolume()
 				h.writer("a1", "client")
 				h.complete("a1")
@@ -170,7 +255,7 @@ func TestWatcher_Release(t *testing.T) {
 		{
 			name: "controller without attach/detach: node detach only, freed",
 			setup: func(t *testing.T, h *harness) {
-				n := testutil.NodeWithController("dev")
+				n := mock.NodeWithController("dev")
 				n.CSIControllerPlugins["dev"].ControllerInfo.SupportsAttachDetach = false
 				h.addNode("client", n)
 				h.addVolume()
@@ -233,7 +318,7 @@ func TestWatcher_Release(t *testing.T) {
 			name: "a live allocation on another node does not hold the controller step",
 			setup: func(t *testing.T, h *harness) {
 				withController(h)
-				h.addNode("client2", testutil.Node("dev"))
+				h.addNode("client2", mock.Node("dev"))
 				h.reader("a1", "client")
 				h.reader("a2", "client2")
 				h.complete("a1")
@@ -288,7 +373,7 @@ func TestWatcher_Release(t *testing.T) {
 					name:        "second attempt",
 					do:          advanceToNext("a1", 0),
 					calls:       []string{failed(nodeCall("a1", "client"))},
-					checkpoints: []string{"a1 unpublishing attempt 2"},
+					checkpoints: []string{"a1 unpublishing retrying after attempt 1", "a1 unpublishing attempt 2"},
 					check: func(t *testing.T, h *harness) {
 						h.mustBackoff("a1", structs.CSIVolumeClaimStateUnpublishing, 2, 2*time.Second, "node detach: node plugin is restarting")
 					},
@@ -303,11 +388,12 @@ func TestWatcher_Release(t *testing.T) {
 				},
 				{name: "just before the fourth", do: advanceToNext("a1", time.Nanosecond)},
 				{
-					name:        "fourth attempt succeeds",
-					do:          advanceToNext("a1", 0),
-					calls:       []string{nodeCall("a1", "client"), ctrlCall("client")},
-					checkpoints: releasedCheckpoints("a1", ""),
-					check:       freed("a1"),
+					name:  "fourth attempt succeeds",
+					do:    advanceToNext("a1", 0),
+					calls: []string{nodeCall("a1", "client"), ctrlCall("client")},
+					checkpoints: append([]string{"a1 unpublishing retrying after attempt 3"},
+						releasedCheckpoints("a1", "")...),
+					check: freed("a1"),
 				},
 			},
 		},
@@ -315,7 +401,7 @@ func TestWatcher_Release(t *testing.T) {
 			name: "a failing node does not hold back the release of another claim of the volume",
 			setup: func(t *testing.T, h *harness) {
 				withController(h)
-				h.addNode("client2", testutil.Node("dev"))
+				h.addNode("client2", mock.Node("dev"))
 				h.reader("a1", "client")
 				h.reader("a2", "client2")
 				h.complete("a1", "a2")
@@ -374,7 +460,7 @@ func TestWatcher_Release(t *testing.T) {
 				withController(h)
 				h.writer("a1", "client")
 				h.complete("a1")
-				h.backend.setDuring(func(kind string) {
+				h.backend.setDuring(func(_ context.Context, kind string) {
 					if err := h.store.CSIVolumeDeregister(h.backend.nextIndex(), h.vol.Namespace, []string{h.vol.ID}, true); err != nil {
 						t.Errorf("force-deregistering during the %s: %v", kind, err)
 					}
@@ -398,7 +484,7 @@ func TestWatcher_Release(t *testing.T) {
 			name: "a write that only changes bookkeeping neither wakes the volume early nor resets its backoff",
 			setup: func(t *testing.T, h *harness) {
 				withController(h)
-				h.addNode("client2", testutil.Node("dev"))
+				h.addNode("client2", mock.Node("dev"))
 				h.reader("a1", "client")
 				h.reader("a2", "client2")
 				h.complete("a1", "a2")
@@ -545,10 +631,11 @@ func TestWatcher_Release(t *testing.T) {
 					},
 				},
 				{
-					do:          advanceToNext("a1", 0),
-					calls:       []string{ctrlCall("client")},
-					checkpoints: releasedCheckpoints("a1", "")[1:],
-					check:       freed("a1"),
+					do:    advanceToNext("a1", 0),
+					calls: []string{ctrlCall("client")},
+					checkpoints: append([]string{"a1 node-detached retrying after attempt 2"},
+						releasedCheckpoints("a1", "")[1:]...),
+					check: freed("a1"),
 				},
 			},
 		})

@@ -37,10 +37,12 @@ type State interface {
 type Backend interface {
 	// State is the current state store (a restore replaces it).
 	State() State
-	// NodeDetach runs ClientCSI.NodeDetachVolume on the claim's node.
-	NodeDetach(req *structs.ClientCSINodeDetachVolumeRequest) error
-	// ControllerDetach runs ClientCSI.ControllerDetachVolume on a controller.
-	ControllerDetach(req *structs.ClientCSIControllerDetachVolumeRequest) error
+	// NodeDetach runs ClientCSI.NodeDetachVolume on the claim's node,
+	// within ctx.
+	NodeDetach(ctx context.Context, req *structs.ClientCSINodeDetachVolumeRequest) error
+	// ControllerDetach runs ClientCSI.ControllerDetachVolume on a
+	// controller, within ctx.
+	ControllerDetach(ctx context.Context, req *structs.ClientCSIControllerDetachVolumeRequest) error
 	// Checkpoint writes a claim's release state through Raft.
 	Checkpoint(namespace, volumeID string, claim *structs.CSIVolumeClaim, now time.Time) error
 }
@@ -60,17 +62,28 @@ type Config struct {
 	Workers int
 	// BaseDelay and MaxDelay bound the backoff of a failing step.
 	BaseDelay, MaxDelay time.Duration
+	// StepTimeout bounds one step's call to a client agent (real time):
+	// a hung plugin call fails the step then, and the agent ends it.
+	StepTimeout time.Duration
 	// Settle is how long the watch waits after a change before rescanning,
 	// so bursts cost one rescan (real time, not the injected clock).
 	Settle time.Duration
 	Hooks  Hooks
 }
 
+// DefaultStepTimeout is the deadline of one release step's call: long
+// enough for a plugin to unmount, short enough that a hung call holds the
+// claim for a fraction of the backoff cap.
+const DefaultStepTimeout = 30 * time.Second
+
 // Watcher releases past claims. Run it on the leader only.
 type Watcher struct {
 	cfg    Config
 	logger hclog.Logger
 	clock  Clock
+
+	// locks is the one lock table for operations on a volume (see Lock).
+	locks *volumeLocks
 
 	mu    sync.Mutex
 	queue *queue
@@ -94,7 +107,10 @@ func New(cfg Config) *Watcher {
 	if cfg.MaxDelay <= 0 {
 		cfg.MaxDelay = 5 * time.Minute
 	}
-	return &Watcher{cfg: cfg, logger: cfg.Logger.Named("volumewatcher"), clock: cfg.Clock}
+	if cfg.StepTimeout <= 0 {
+		cfg.StepTimeout = DefaultStepTimeout
+	}
+	return &Watcher{cfg: cfg, logger: cfg.Logger.Named("volumewatcher"), clock: cfg.Clock, locks: newVolumeLocks()}
 }
 
 // Run releases claims until ctx ends (leadership lost or shutdown), then
@@ -194,12 +210,20 @@ func (w *Watcher) work(ctx context.Context, q *queue) {
 		if !ok {
 			return
 		}
-		next, err := w.process(ctx, k, "", false)
-		if err != nil && ctx.Err() == nil {
-			w.logger.Debug("release step failed; retrying later", "volume", k, "error", err)
+		if !w.locks.tryLock(k) {
+			// Another operation on the volume is in flight (a claim's
+			// publish, an operator's detach): its unlock hands the volume
+			// back to the queue.
+			q.Done(k)
+			continue
 		}
-		if !next.IsZero() {
-			q.AddAt(k, next)
+		res := w.process(ctx, k, "", false)
+		w.unlock(k)
+		if res.err != nil && ctx.Err() == nil {
+			w.logger.Debug("release step failed; retrying later", "volume", k, "error", res.err)
+		}
+		if !res.next.IsZero() {
+			q.AddAt(k, res.next)
 		}
 		q.Done(k)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/server"
 	"github.com/volplane/volplane/server/httpapi"
 	"github.com/volplane/volplane/state"
@@ -129,9 +130,9 @@ func newStreamFixture(t *testing.T, heartbeat time.Duration) *streamFixture {
 
 func (f *streamFixture) registerPluginAndVolume(t *testing.T, index uint64) *structs.CSIVolume {
 	t.Helper()
-	node := testutil.Node("dev")
+	node := mock.Node("dev")
 	must.NoError(t, f.store().UpsertNode(index, node))
-	vol := testutil.CSIVolume("dev")
+	vol := mock.CSIVolume("dev")
 	must.NoError(t, f.store().UpsertCSIVolume(index+1, []*structs.CSIVolume{vol}))
 	return vol
 }
@@ -218,7 +219,7 @@ func TestEventStream_EndsOnRestoreShutdownAndDisconnect(t *testing.T) {
 
 	// A snapshot restore: the last line says to subscribe again.
 	restored := openStream(t, f.srv.URL+"/v1/event/stream")
-	must.NoError(t, f.store().UpsertNode(10, testutil.Node("dev")))
+	must.NoError(t, f.store().UpsertNode(10, mock.Node("dev")))
 	must.Eq(t, "CSIPlugin PluginUpdated dev", restored.next(t, false).kind())
 	f.store().Abandon()
 	l := restored.next(t, false)
@@ -253,10 +254,10 @@ func TestEventStream_RealServer(t *testing.T) {
 	server.WaitForLeader(t, srv)
 	s := openStream(t, "http://"+srv.HTTPAddr()+"/v1/event/stream")
 
-	node := testutil.Node("dev")
+	node := mock.Node("dev")
 	var nodeResp structs.NodeUpdateResponse
 	must.NoError(t, srv.RPC("Node.Register", &structs.NodeRegisterRequest{Node: node}, &nodeResp))
-	vol := testutil.CSIVolume("dev")
+	vol := mock.CSIVolume("dev")
 	var volResp structs.CSIVolumeRegisterResponse
 	must.NoError(t, srv.RPC("CSIVolume.Register", &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{vol}}, &volResp))
 
@@ -267,7 +268,7 @@ func TestEventStream_RealServer(t *testing.T) {
 		return latest + 1
 	}
 	alloc := &structs.Allocation{
-		ID: testutil.UniqueID("alloc"), Namespace: structs.DefaultNamespace, Name: "web.app[0]", JobID: "web",
+		ID: mock.UniqueID("alloc"), Namespace: structs.DefaultNamespace, Name: "web.app[0]", JobID: "web",
 		TaskGroup: "app", NodeID: node.ID,
 		DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning,
 	}

@@ -125,6 +125,13 @@ func SetFault(stateDir, method string, f Fault) error {
 	return s.writeFaults(faults)
 }
 
+// Faults returns the faults set on stateDir, by method. A fault set for a
+// number of calls is gone once that many calls have taken it, so a test
+// can tell that a call has started (and, for a hang, is hanging).
+func Faults(stateDir string) (map[string]Fault, error) {
+	return (&store{dir: stateDir}).readFaults()
+}
+
 // ClearFaults removes every fault of stateDir.
 func ClearFaults(stateDir string) error {
 	s := &store{dir: stateDir}

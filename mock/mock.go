@@ -1,4 +1,7 @@
-package testutil
+// Package mock builds the objects tests and benchmarks need: nodes with
+// plugin fingerprints and volumes, each with fresh IDs. It ships (volplane
+// bench uses it), so it imports no test package.
+package mock
 
 import (
 	"fmt"
