@@ -39,7 +39,7 @@ func TestBenchSmoke(t *testing.T) {
 		"-list-sizes=50,100", "-list-requests=5", "-batch=40",
 		"-claim-ops=40", "-claim-serial-ops=20", "-refused-claims=30",
 		"-release-volumes=20", "-scale-volumes=200", "-scale-stuck=5", "-scale-ops=40", "-scale-claim-ops=40",
-		"-scale-rounds=2", "-phases=all",
+		"-scale-rounds=2", "-acl-ops=40", "-acl-list-volumes=60", "-acl-list-requests=10", "-acl-rounds=2", "-phases=all",
 		"-breakdown", "-dir=" + dir, "-log-level=warn",
 		"-memprofile=" + filepath.Join(profDir, "allocs.pprof")}, ui)
 	if code != 0 {
@@ -105,7 +105,7 @@ func TestBenchSmoke(t *testing.T) {
 			rep.ReleaseJobs, rep.ReleasePerAgent)
 	}
 	// The phases run in the order register, list, claim, release, scale,
-	// whatever the order of -phases. The agent-down row's volumes are the
+	// acl, whatever the order of -phases. The agent-down row's volumes are the
 	// claims the stopped agent held, which the placer decides: checked
 	// below, and -1 here.
 	want := []level{
@@ -118,6 +118,8 @@ func TestBenchSmoke(t *testing.T) {
 		{"release", "", 1, 20, 20}, {"release-goroutines", "", 1, 20, 20}, {"release-agent-down", "", 0, -1, 0},
 		{"scale-register", "", 8, 0, 40}, {"scale-register", "", 8, 200, 40},
 		{"scale-claim", "", 8, 0, 40}, {"scale-claim", "", 8, 200, 40},
+		{"acl-register", "", 8, 0, 40}, {"acl-register", "", 8, 0, 40},
+		{"acl-list", "", 1, 60, 10}, {"acl-list", "", 1, 60, 10},
 	}
 	if len(rep.Results) != len(want) {
 		t.Fatalf("got %d results, want %d:\n%s", len(rep.Results), len(want), ui.OutputWriter.String())
@@ -157,7 +159,14 @@ func TestBenchSmoke(t *testing.T) {
 		if strings.HasPrefix(r.Phase, "scale-") && r.Volumes > 0 && (r.ThroughputRatio <= 0 || r.P99Ratio <= 0) {
 			t.Errorf("result %d: %s without its comparison to the empty cluster: %+v", i, r.Phase, r)
 		}
-		judged := r.Phase != "baseline" && r.Phase != "raft+fsm" && !(strings.HasPrefix(r.Phase, "scale-") && r.Volumes == 0)
+		// The ACL cluster's rows (the second of each pair) compare with the
+		// other's.
+		aclOn := strings.HasPrefix(r.Phase, "acl-") && i > 0 && rep.Results[i-1].Phase == r.Phase
+		if aclOn && (r.ThroughputRatio <= 0 || r.P99Ratio <= 0) {
+			t.Errorf("result %d: %s without its comparison to the cluster without ACLs: %+v", i, r.Phase, r)
+		}
+		judged := r.Phase != "baseline" && r.Phase != "raft+fsm" && !(strings.HasPrefix(r.Phase, "scale-") && r.Volumes == 0) &&
+			!(strings.HasPrefix(r.Phase, "acl-") && !aclOn)
 		if judged && r.Pass == nil {
 			t.Errorf("result %d: %s without a verdict", i, r.Phase)
 		}

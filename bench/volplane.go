@@ -53,6 +53,9 @@ type volplane struct {
 	registered []string
 	// node is the benchmark node, whose secret the claims carry.
 	node *structs.Node
+	// token, when set (a cluster with ACLs on), is sent with every call
+	// and list that carries none of its own.
+	token string
 	// provider and providerVersion are the benchmark plugin's, which the
 	// leader copies into every volume it registers.
 	provider, providerVersion string
@@ -77,7 +80,7 @@ type volplane struct {
 // Raft timing, and waits until the leader serves consistent reads. name
 // tells the cluster apart from the others of the run, in the servers' names
 // and logs and in the label instance of a CPU profile.
-func startVolplane(ctx context.Context, cfg *Config, dir, name string) (_ *volplane, err error) {
+func startVolplane(ctx context.Context, cfg *Config, dir, name string, opts ...func(*server.Config)) (_ *volplane, err error) {
 	logger := cfg.Logger.Named(name + "-client")
 	vp := &volplane{
 		logger:        logger,
@@ -107,6 +110,9 @@ func startVolplane(ctx context.Context, cfg *Config, dir, name string) (_ *volpl
 			c.RetryJoin = []string{first}
 		}
 		c.Logger = cfg.Logger.Named(c.NodeName)
+		for _, o := range opts {
+			o(c)
+		}
 		var s *server.Server
 		// Every goroutine the server starts, and the ones they start,
 		// inherit these labels, so a CPU profile can be split by cluster
@@ -180,8 +186,10 @@ func (vp *volplane) leaderReady() error {
 	if voters != clusterSize {
 		return fmt.Errorf("the leader has %d voters, want %d", voters, clusterSize)
 	}
-	var reply structs.CSIVolumeListResponse
-	return vp.call("CSIVolume.List", &structs.CSIVolumeListRequest{}, &reply)
+	// A consistent read, which the leader holds until its barrier, of an
+	// endpoint that needs no ACL token.
+	var leader string
+	return vp.call("Status.Leader", &structs.GenericRequest{}, &leader)
 }
 
 // follower returns a server that is not the leader.
@@ -201,6 +209,9 @@ func (vp *volplane) stillLeader() bool {
 
 // call makes one RPC to the leader over the network.
 func (vp *volplane) call(method string, args, reply any) error {
+	if r, ok := args.(structs.RequestWithToken); ok && vp.token != "" && r.RequestToken() == "" {
+		r.SetRequestToken(vp.token)
+	}
 	return vp.pool.RPC(vp.leader.RPCAddr(), method, args, reply)
 }
 
@@ -406,6 +417,9 @@ func (vp *volplane) listVolumes(ctx context.Context, count bool) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
+	}
+	if vp.token != "" {
+		req.Header.Set("X-Nomad-Token", vp.token)
 	}
 	resp, err := vp.http.Do(req)
 	if err != nil {
