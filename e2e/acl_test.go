@@ -165,9 +165,12 @@ plugin { policy = "read" }
 	res = e.cli(t, s, "acl token delete", reader.AccessorID)
 	must.Zero(t, res.Code, must.Sprint(res))
 	for _, srv := range c.Servers() {
+		// A stale read, answered by each server from its own state.
+		nc := nomadClient(t, srv, reader.SecretID)
 		testutil.WaitForResult(t, leaderTimeout, func() (bool, error) {
-			res := c.CLI(t, srv, "volume status", asReader, "-stale")
-			return res.Code == 1 && strings.Contains(res.Stderr, "ACL token not found"), fmt.Errorf("%s", res)
+			_, _, err := nc.CSIVolumes().List(&nomad.QueryOptions{AllowStale: true})
+			return statusOf(err) == http.StatusForbidden && strings.Contains(err.Error(), "ACL token not found"),
+				fmt.Errorf("%s: %v", srv.Name(), err)
 		})
 	}
 	e.checkSecrets(t)

@@ -270,6 +270,11 @@ func (d *duration) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &str); err != nil {
 		return structs.ErrInvalid("ExpirationTTL must be a number of nanoseconds or a duration such as \"1h\"")
 	}
+	if str == "" {
+		// Nomad's client sends a token without a TTL so.
+		*d = 0
+		return nil
+	}
 	v, err := time.ParseDuration(str)
 	if err != nil {
 		return structs.ErrInvalid("ExpirationTTL %q is not a duration such as \"1h\"", str)

@@ -51,6 +51,8 @@ func TestACLHandlers_PassRequests(t *testing.T) {
 		must.Eq(t, time.Hour, up.Tokens[0].ExpirationTTL)
 		must.Eq(t, []string{"readers"}, up.Tokens[0].Policies)
 	}
+	do(t, h, http.MethodPut, "/v1/acl/token", `{"Type":"client","Policies":["readers"],"ExpirationTTL":""}`)
+	must.Eq(t, time.Duration(0), be.call("ACL.UpsertTokens").(*structs.ACLTokenUpsertRequest).Tokens[0].ExpirationTTL)
 	// An update: the accessor comes from the path.
 	do(t, h, http.MethodPost, "/v1/acl/token/acc-1", `{"Name":"renamed","Type":"client","Policies":["readers"]}`)
 	up := be.call("ACL.UpsertTokens").(*structs.ACLTokenUpsertRequest)
