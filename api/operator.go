@@ -89,3 +89,22 @@ func (o *Operator) NodeIntroDelete(accessorID string, w *WriteOptions) error {
 	_, err := o.c.write(o.c.newWrite(http.MethodDelete, "/v1/operator/node-intro/"+escape(accessorID), w), nil)
 	return err
 }
+
+// KeyringRotate makes a new active root key; with full, every volume's
+// secrets and mount flags are sealed again with it.
+func (o *Operator) KeyringRotate(full bool, w *WriteOptions) (*structs.KeyringRotateResponse, error) {
+	r := o.c.newWrite(http.MethodPut, "/v1/operator/keyring/rotate", w)
+	if full {
+		r.params.Set("full", "true")
+	}
+	var out structs.KeyringRotateResponse
+	if _, err := o.c.write(r, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// KeyringList lists the root keys.
+func (o *Operator) KeyringList(q *QueryOptions) ([]*structs.RootKey, *QueryMeta, error) {
+	return list[*structs.RootKey](o.c, "/v1/operator/keyring/keys", q)
+}

@@ -48,6 +48,9 @@ const (
 	// with Config.ScaleVolumes more volumes, interleaved
 	// (PhaseScaleRegister, PhaseScaleClaim).
 	PhaseScale = "scale"
+	// PhaseTLS is registers and claims on a cluster with tls.rpc and on one
+	// without, interleaved (PhaseTLSRegister, PhaseTLSClaim).
+	PhaseTLS = "tls"
 	// PhaseACL is registers and lists on a cluster with ACLs on, with a
 	// client token, and on one with ACLs off, interleaved
 	// (PhaseACLRegister, PhaseACLList).
@@ -60,7 +63,7 @@ const (
 // jobs and the servers' release steps): with them the list phase would not
 // know how many volumes it lists. The release and scale phases start
 // clusters of their own, after the first three have shut theirs down.
-var phaseOrder = []string{PhaseRegister, PhaseList, PhaseClaim, PhaseRelease, PhaseScale, PhaseACL}
+var phaseOrder = []string{PhaseRegister, PhaseList, PhaseClaim, PhaseRelease, PhaseScale, PhaseTLS, PhaseACL}
 
 // AllPhases returns every phase, in the order they run.
 func AllPhases() []string { return slices.Clone(phaseOrder) }
@@ -85,6 +88,9 @@ const (
 	// PhaseScaleRegister and PhaseScaleClaim are the scale phase's levels.
 	PhaseScaleRegister = "scale-register"
 	PhaseScaleClaim    = "scale-claim"
+	// PhaseTLSRegister and PhaseTLSClaim are the tls phase's levels.
+	PhaseTLSRegister = "tls-register"
+	PhaseTLSClaim    = "tls-claim"
 	// PhaseACLRegister and PhaseACLList are the ACL phase's levels.
 	PhaseACLRegister = "acl-register"
 	PhaseACLList     = "acl-list"
@@ -115,6 +121,9 @@ const (
 	// ScaleTargetRatio is the least share of the empty cluster's register
 	// and claim rates the loaded cluster must reach.
 	ScaleTargetRatio = 0.85
+	// TLSTargetRatio is the least share of the plaintext cluster's
+	// register and claim rates the TLS cluster must reach.
+	TLSTargetRatio = 0.9
 	// ACLTargetRatio is the least share of the ACLs-off cluster's register
 	// and list rates the cluster with ACLs on must reach.
 	ACLTargetRatio = 0.95
@@ -337,7 +346,7 @@ func (c *Config) normalize() error {
 	case c.runs(PhaseACL) && (c.ACLRounds > c.ACLOps || c.ACLRounds > c.ACLListRequests):
 		return fmt.Errorf("ACL rounds (%d) must not exceed the ACL op counts (%d, %d): every round needs an op",
 			c.ACLRounds, c.ACLOps, c.ACLListRequests)
-	case c.runs(PhaseScale) && (c.ScaleRounds > c.ScaleOps || c.ScaleRounds > c.ScaleClaimOps):
+	case (c.runs(PhaseScale) || c.runs(PhaseTLS)) && (c.ScaleRounds > c.ScaleOps || c.ScaleRounds > c.ScaleClaimOps):
 		return fmt.Errorf("scale rounds (%d) must not exceed the scale op counts (%d, %d): every round needs an op",
 			c.ScaleRounds, c.ScaleOps, c.ScaleClaimOps)
 	}
@@ -396,6 +405,11 @@ func run(ctx context.Context, cfg *Config, dir string, rep *Report) error {
 	if cfg.runs(PhaseScale) {
 		if err := runScale(ctx, cfg, dir, rep); err != nil {
 			return fmt.Errorf("scale: %w", err)
+		}
+	}
+	if cfg.runs(PhaseTLS) {
+		if err := runTLS(ctx, cfg, dir, rep); err != nil {
+			return fmt.Errorf("tls: %w", err)
 		}
 	}
 	if cfg.runs(PhaseACL) {

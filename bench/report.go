@@ -89,6 +89,9 @@ type Result struct {
 	// PairedWith is, for a baseline result, the phase it is the baseline
 	// of: "register" or "claim".
 	PairedWith string `json:"paired_with,omitempty"`
+	// Cluster names the side of a phase measured on two clusters: "empty"
+	// or "loaded" (scale-*), "plaintext" or "tls" (tls-*).
+	Cluster string `json:"cluster,omitempty"`
 	// Volumes is the number of volumes listed (list), released (release),
 	// backing off (release-agent-down), or in the loaded cluster beyond
 	// the empty one's (scale-*).
@@ -282,21 +285,29 @@ func (r *Report) addReleaseAgentDown(d *agentDownRun) {
 }
 
 // addScale adds a scale level: the empty cluster's figures, then the
-// loaded cluster's, with extra more volumes. The loaded cluster's
-// throughput ratio is the median over the rounds of its rate as a share of
-// the empty one's in the same round, and must reach ScaleTargetRatio.
+// loaded cluster's, with extra more volumes, judged against
+// ScaleTargetRatio (see addPaired).
 func (r *Report) addScale(phase string, conc, extra int, empty, loaded *series, detail string) {
-	es, ls := empty.stats(), loaded.stats()
+	r.addPaired(phase, conc, "empty", empty, "loaded", loaded, ScaleTargetRatio, detail)
+	r.Results[len(r.Results)-1].Volumes = extra
+}
+
+// addPaired adds a level measured on two clusters side by side: the
+// reference's figures, then the other's. The other's throughput ratio is
+// the median over the rounds of its rate as a share of the reference's in
+// the same round, and must reach target.
+func (r *Report) addPaired(phase string, conc int, refName string, ref *series, otherName string, other *series, target float64, detail string) {
+	es, ls := ref.stats(), other.stats()
 	e := newResult(phase, conc, es)
 	l := newResult(phase, conc, ls)
-	l.Volumes = extra
-	ratios := loaded.pairedRatios(empty)
+	e.Cluster, l.Cluster = refName, otherName
+	ratios := other.pairedRatios(ref)
 	l.ThroughputRatio = round3(median(ratios))
 	if es.p99 > 0 {
 		l.P99Ratio = round3(float64(ls.p99) / float64(es.p99))
 	}
-	pass := l.ThroughputRatio >= ScaleTargetRatio
-	l.Target = fmt.Sprintf("ops/s >= %gx", ScaleTargetRatio)
+	pass := l.ThroughputRatio >= target
+	l.Target = fmt.Sprintf("ops/s >= %gx", target)
 	l.Pass = &pass
 	l.Detail = fmt.Sprintf("round ratios %.2f-%.2f, overall %.2fx; %s",
 		slices.Min(ratios), slices.Max(ratios), ls.opsPerSec/es.opsPerSec, detail)
@@ -307,23 +318,9 @@ func (r *Report) addScale(phase string, conc, extra int, empty, loaded *series, 
 // ACLs on, judged by the median over the rounds of on's rate as a share of
 // off's in the same round.
 func (r *Report) addACL(phase string, conc, volumes int, off, on *series, detail string) {
-	offSt, onSt := off.stats(), on.stats()
-	o := newResult(phase, conc, offSt)
-	o.Volumes = volumes
-	o.Detail = "ACLs off"
-	n := newResult(phase, conc, onSt)
-	n.Volumes = volumes
-	ratios := on.pairedRatios(off)
-	n.ThroughputRatio = round3(median(ratios))
-	if offSt.p99 > 0 {
-		n.P99Ratio = round3(float64(onSt.p99) / float64(offSt.p99))
-	}
-	pass := n.ThroughputRatio >= ACLTargetRatio
-	n.Target = fmt.Sprintf("ops/s >= %gx", ACLTargetRatio)
-	n.Pass = &pass
-	n.Detail = fmt.Sprintf("ACLs on, %s; round ratios %.2f-%.2f, overall %.2fx",
-		detail, slices.Min(ratios), slices.Max(ratios), onSt.opsPerSec/offSt.opsPerSec)
-	r.Results = append(r.Results, o, n)
+	r.addPaired(phase, conc, "acl-off", off, "acl-on", on, ACLTargetRatio, detail)
+	r.Results[len(r.Results)-2].Volumes = volumes
+	r.Results[len(r.Results)-1].Volumes = volumes
 }
 
 // shorten cuts s to n runes, marking the cut.
@@ -390,7 +387,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "  each round's registered volumes are deregistered after it; each cluster holds the volumes it claims. The ops/s")
 		fmt.Fprintln(w, "  ratio is the median over the rounds of loaded / empty in the same round; p99 ratio is loaded / empty")
 	}
-	if len(r.Results) > 0 && (r.EntryBytes > 0 || r.ClaimEntryBytes > 0 || r.has(PhaseRelease) || r.has(PhaseScaleRegister)) {
+	if r.has(PhaseTLSRegister) || r.has(PhaseTLSClaim) {
+		fmt.Fprintf(w, "tls-register, tls-claim: one-volume registers and claims with %d callers on a 3-server cluster without TLS\n", r.Config.Writers)
+		fmt.Fprintf(w, "  and on one with tls.rpc (every connection mutual TLS 1.3, certificates checked), interleaved in %d rounds;\n", r.Config.ScaleRounds)
+		fmt.Fprintln(w, "  the ops/s ratio is the median over the rounds of tls / plaintext in the same round")
+	}
+	if len(r.Results) > 0 && (r.EntryBytes > 0 || r.ClaimEntryBytes > 0 || r.has(PhaseRelease) || r.has(PhaseScaleRegister) || r.has(PhaseTLSRegister)) {
 		fmt.Fprintln(w)
 	}
 	rows := [][]string{{"phase", "volumes", "conc", "ops", "ops/s", "p50", "p99", "ops/s ratio", "p99 ratio", "raft +", "target", "result"}}
@@ -399,8 +401,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if res.RaftEntriesAdded != nil {
 			entries = strconv.FormatUint(*res.RaftEntriesAdded, 10)
 		}
+		phase := res.Phase
+		if strings.HasPrefix(res.Phase, "tls-") {
+			phase += " (" + res.Cluster + ")"
+		}
 		rows = append(rows, []string{
-			res.Phase, intOrDash(res.Volumes), intOrDash(res.Concurrency), intOrDash(res.Ops),
+			phase, intOrDash(res.Volumes), intOrDash(res.Concurrency), intOrDash(res.Ops),
 			floatOrDash(res.OpsPerSec), durationOrDash(time.Duration(res.P50)), durationOrDash(time.Duration(res.P99)),
 			ratioOrDash(res.ThroughputRatio), ratioOrDash(res.P99Ratio), entries, orDash(res.Target), verdict(res.Pass),
 		})
@@ -416,8 +422,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 			continue
 		}
 		name := res.Phase
-		if strings.HasPrefix(res.Phase, "scale-") {
+		switch {
+		case strings.HasPrefix(res.Phase, "scale-"):
 			name = fmt.Sprintf("%s (%d more volumes)", res.Phase, res.Volumes)
+		case res.Cluster != "":
+			name = fmt.Sprintf("%s (%s)", res.Phase, res.Cluster)
 		}
 		fmt.Fprintf(w, "%s: %s\n", name, res.Detail)
 	}

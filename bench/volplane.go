@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/server"
 	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/tlsutil"
 )
 
 const (
@@ -81,11 +83,24 @@ type volplane struct {
 // tells the cluster apart from the others of the run, in the servers' names
 // and logs and in the label instance of a CPU profile.
 func startVolplane(ctx context.Context, cfg *Config, dir, name string, opts ...func(*server.Config)) (_ *volplane, err error) {
+	return startVolplaneTLS(ctx, cfg, dir, name, nil, opts...)
+}
+
+// startVolplaneTLS is startVolplane with the servers' tls.rpc on when tc is
+// not nil: each server has tc's server certificate, and the benchmark's own
+// RPC client, which stands in for a server forwarding requests, has it too.
+// opts change each server's configuration last.
+func startVolplaneTLS(ctx context.Context, cfg *Config, dir, name string, tc *tlsutil.Configurator,
+	opts ...func(*server.Config)) (_ *volplane, err error) {
 	logger := cfg.Logger.Named(name + "-client")
+	var outgoing func() *tls.Config
+	if tc != nil {
+		outgoing = tc.OutgoingRPC
+	}
 	vp := &volplane{
 		logger:        logger,
 		heartbeatStop: make(chan struct{}),
-		pool:          rpc.NewPool(rpc.PoolConfig{Logger: logger, CallTimeout: callTimeout}),
+		pool:          rpc.NewPool(rpc.PoolConfig{Logger: logger, CallTimeout: callTimeout, TLS: outgoing}),
 		http: &http.Client{
 			Transport: &http.Transport{MaxIdleConnsPerHost: 4},
 			Timeout:   callTimeout,
@@ -110,6 +125,7 @@ func startVolplane(ctx context.Context, cfg *Config, dir, name string, opts ...f
 			c.RetryJoin = []string{first}
 		}
 		c.Logger = cfg.Logger.Named(c.NodeName)
+		c.TLS = tc
 		for _, o := range opts {
 			o(c)
 		}

@@ -98,7 +98,12 @@ Usage: volplane bench [options]
             and for claims, as the median over the rounds of the two
             clusters' ratio within a round (a disk stall in one round then
             decides nothing).
-
+  tls       Not run by default (-phases=all or -phases=tls). What mutual TLS
+            on the RPC port costs: two 3-server clusters of its own, one with
+            tls.rpc, take -scale-ops registers, then -scale-claim-ops claims,
+            with -writers callers, interleaved in -scale-rounds rounds.
+            Target: the TLS cluster's ops/s >= 0.9x the plaintext one's, as
+            the median over the rounds of their ratio within a round.
   acl       Not run by default (-phases=all or -phases=acl; about a
             minute). What ACLs cost: two 3-server clusters of its own, one
             with ACLs off, one with ACLs on and bootstrapped, whose calls
@@ -110,10 +115,10 @@ Usage: volplane bench [options]
             other's, for registers and for lists, as the median over the
             rounds of the two clusters' ratio within a round.
 
-  The phases run in the order register, list, claim, release, scale, acl: the
-  claim phase leaves its volumes claimed, so it comes after the list phase
-  counts volumes; release and scale start clusters of their own once the
-  first three have shut theirs down.
+  The phases run in the order register, list, claim, release, scale, tls,
+  acl: the claim phase leaves its volumes claimed, so it comes after the
+  list phase counts volumes; release, scale, tls and acl start clusters of
+  their own once the first three have shut theirs down.
 
   Progress goes to stderr; the table (or, with -json, the JSON report) to
   stdout. The exit code is 0 even when a target is missed, unless -strict.
@@ -141,11 +146,11 @@ Options:
                      the empty one's (default %d).
   -scale-stuck=N     Of those, volumes with past claims backing off
                      (default %d).
-  -scale-ops=N       Registers on each cluster in the scale phase
+  -scale-ops=N       Registers on each cluster in the scale and tls phases
                      (default %d).
-  -scale-claim-ops=N Claims on each cluster in the scale phase
+  -scale-claim-ops=N Claims on each cluster in the scale and tls phases
                      (default %d).
-  -scale-rounds=N    Alternating empty/loaded rounds per scale level
+  -scale-rounds=N    Alternating rounds per scale or tls level
                      (default %d).
   -acl-ops=N         Registers on each cluster in the acl phase
                      (default %d).
@@ -157,7 +162,7 @@ Options:
   -acl-rounds=N      Alternating ACLs off/on rounds per acl level
                      (default %d).
   -phases=LIST       Comma-separated phases: register, claim, list, release,
-                     scale, acl, or all (default %s).
+                     scale, tls, acl, or all (default %s).
   -breakdown         Add a third side to the register rounds, raft+fsm:
                      raft.Apply of the leader-encoded register entries on
                      the volplane leader (state machine included, RPC layers

@@ -83,36 +83,18 @@ List Options:
 }
 
 func (c *OperatorNodeIntroListCommand) Run(args []string) int {
-	var asJSON bool
-	f := c.FlagSet("operator node-intro list", FlagSetClient)
-	f.BoolVar(&asJSON, "json", false, "")
-	if ok, code := c.Parse(c, f, args); !ok {
-		return code
-	}
-	if f.NArg() != 0 {
-		return c.UsageError(c, "This command takes no arguments")
-	}
-	client, err := c.Client()
-	if err != nil {
-		return c.Fail("creating client", err)
-	}
-	tokens, _, err := client.Operator().NodeIntroList(nil)
-	if err != nil {
-		return c.Fail("listing node introduction tokens", err)
-	}
-	if asJSON {
-		return c.OutputJSON(tokens)
-	}
-	if len(tokens) == 0 {
-		c.Ui.Output("No node introduction tokens")
-		return 0
-	}
-	var rows [][]string
-	for _, t := range tokens {
-		rows = append(rows, []string{t.AccessorID, t.Name, yesNo(t.SingleUse), t.UsedBy, timeOf(t.CreateTime), expires(t.ExpirationTime)})
-	}
-	c.Ui.Output(table([]string{"Accessor ID", "Name", "Single Use", "Used By", "Created", "Expires"}, rows))
-	return 0
+	return runList(&c.Meta, c, listCommand[*structs.NodeIntroToken]{
+		name: "operator node-intro list", doing: "listing node introduction tokens",
+		list: func(client *api.Client) ([]*structs.NodeIntroToken, error) {
+			tokens, _, err := client.Operator().NodeIntroList(nil)
+			return tokens, err
+		},
+		none:   "No node introduction tokens",
+		header: []string{"Accessor ID", "Name", "Single Use", "Used By", "Created", "Expires"},
+		row: func(t *structs.NodeIntroToken) []string {
+			return []string{t.AccessorID, t.Name, yesNo(t.SingleUse), t.UsedBy, timeOf(t.CreateTime), expires(t.ExpirationTime)}
+		},
+	}, args)
 }
 
 // OperatorNodeIntroRevokeCommand revokes a token.

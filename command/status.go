@@ -98,3 +98,48 @@ func (s statusCommand[T, S]) printList(m *Meta, client *api.Client, asJSON, verb
 	}
 	return 0
 }
+
+// listCommand is a command that only lists objects of type T: it takes no
+// argument, and -json.
+type listCommand[T any] struct {
+	name   string // the flag set's name: "operator node-intro list"
+	doing  string // in "Error <doing>: ..."
+	list   func(client *api.Client) ([]T, error)
+	none   string // printed instead of an empty table
+	header []string
+	row    func(T) []string
+}
+
+// runList runs a list command.
+func runList[T any](m *Meta, c cli.Command, l listCommand[T], args []string) int {
+	var asJSON bool
+	f := m.FlagSet(l.name, FlagSetClient)
+	f.BoolVar(&asJSON, "json", false, "")
+	if ok, code := m.Parse(c, f, args); !ok {
+		return code
+	}
+	if f.NArg() != 0 {
+		return m.UsageError(c, "This command takes no arguments")
+	}
+	client, err := m.Client()
+	if err != nil {
+		return m.Fail("creating client", err)
+	}
+	items, err := l.list(client)
+	if err != nil {
+		return m.Fail(l.doing, err)
+	}
+	if asJSON {
+		return m.OutputJSON(items)
+	}
+	if len(items) == 0 {
+		m.Ui.Output(l.none)
+		return 0
+	}
+	rows := make([][]string, 0, len(items))
+	for _, it := range items {
+		rows = append(rows, l.row(it))
+	}
+	m.Ui.Output(table(l.header, rows))
+	return 0
+}

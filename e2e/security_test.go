@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -97,7 +98,19 @@ func TestE2E_SecurityBoundary(t *testing.T) {
 	}
 	a.t = t
 	t.Run("certificate rotation under load", a.rotateUnderLoad)
+	t.Run("no secret at rest", a.noSecretAtRest)
 	e.checkSecrets(t)
+}
+
+// noSecretAtRest: no file of any server (raft.db, snapshots, the keystore)
+// holds a volume's secret in clear.
+func (a *attacker) noSecretAtRest(t *testing.T) {
+	for _, s := range a.c.Servers() {
+		dir := filepath.Join(a.c.dir, s.Name())
+		must.Positive(t, testutil.NoSecretInFiles(t, dir, a.e.secret))
+		_, err := os.Stat(filepath.Join(dir, "raft", "raft.db"))
+		must.NoError(t, err, must.Sprint("raft.db was read"))
+	}
 }
 
 type attacker struct {

@@ -311,6 +311,10 @@ func newRequest(mt structs.MessageType) any {
 		return &structs.NodeIntroCreateRequest{}
 	case structs.NodeIntroDeleteRequestType:
 		return &structs.NodeIntroDeleteRequest{}
+	case structs.RootKeyUpsertRequestType:
+		return &structs.RootKeyUpsertRequest{}
+	case structs.CSIVolumeResealRequestType:
+		return &structs.CSIVolumeResealRequest{}
 	case structs.ACLPolicyUpsertRequestType:
 		return &structs.ACLPolicyUpsertRequest{}
 	case structs.ACLPolicyDeleteRequestType:

@@ -71,6 +71,8 @@ func populate(t *testing.T, f *FSM) {
 	mustApply(t, f, 9, structs.NodeIntroUpsertRequestType, &structs.NodeIntroCreateRequest{Token: &structs.NodeIntroToken{
 		AccessorID: "intro-1", Name: "rack 4", SecretHash: structs.HashIntroSecret("s3cret"), SingleUse: true,
 		CreateTime: time.Unix(1700000000, 0).UTC()}})
+	mustApply(t, f, 8, structs.RootKeyUpsertRequestType, &structs.RootKeyUpsertRequest{Key: &structs.RootKey{
+		KeyID: "key-1", WrappedKey: []byte("wrapped"), KEKID: "kek-1", CreateTime: time.Unix(1700000000, 0).UTC()}, Activate: true})
 	mustApply(t, f, 10, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: ctrlNode, IntroAccessorID: "intro-1"})
 	mustApply(t, f, 11, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: testNode("n2", "p", "q")})
 	mustApply(t, f, 12, structs.CSIVolumeRegisterRequestType, &structs.CSIVolumeRegisterRequest{
@@ -133,6 +135,8 @@ func dump(t *testing.T, st *state.StateStore) map[string][]any {
 	collect(state.TableJobs, iter, err)
 	iter, err = st.NodeIntroTokens(nil)
 	collect(state.TableNodeIntro, iter, err)
+	iter, err = st.RootKeys(nil)
+	collect(state.TableRootKeys, iter, err)
 	iter, err = st.ACLPolicies(nil, "")
 	collect(state.TableACLPolicies, iter, err)
 	iter, err = st.ACLTokens(nil, "")
@@ -159,7 +163,8 @@ func TestSnapshot_RoundTrip(t *testing.T) {
 	must.Len(t, 3, want[state.TableAllocs])
 	must.Len(t, 4, want[state.TableJobs])
 	must.Len(t, 1, want[state.TableNodeIntro])
-	must.Len(t, 10, want[state.TableIndex]) // the ACL bootstrap's row too
+	must.Len(t, 1, want[state.TableRootKeys])
+	must.Len(t, 11, want[state.TableIndex]) // the ACL bootstrap's row too
 	// The single-use token that introduced n1 is marked used.
 	must.Eq(t, "n1", want[state.TableNodeIntro][0].(*structs.NodeIntroToken).UsedBy)
 	// Every table of the store is filled and listed here, so a table added

@@ -122,6 +122,13 @@ var aclRules = map[string]aclRule{
 	"Operator.NodeIntroList":   tokenRule(nodeNeed(levelRead)),
 	"Operator.NodeIntroDelete": tokenRule(nodeNeed(levelWrite)),
 
+	// The keyring: Nomad's operator keyring-read and keyring-rotate, which
+	// operator read and write grant. The export of the key-encryption key
+	// is a server's to another.
+	"Keyring.List":      tokenRule(operatorNeed(levelRead)),
+	"Keyring.Rotate":    tokenRule(operatorNeed(levelWrite)),
+	"Keyring.ExportKEK": serverRule(),
+
 	"Node.Register":        nodeRule(),
 	"Node.UpdateStatus":    nodeRule(),
 	"Node.GetClientAllocs": nodeRule(),

@@ -39,6 +39,9 @@ var rpcAccess = map[string]roleSet{
 	"Operator.NodeIntroCreate": serverOnly,
 	"Operator.NodeIntroList":   serverOnly,
 	"Operator.NodeIntroDelete": serverOnly,
+	"Keyring.Rotate":           serverOnly,
+	"Keyring.List":             serverOnly,
+	"Keyring.ExportKEK":        serverOnly,
 
 	"Node.Register":                      nodeFacing,
 	"Node.UpdateStatus":                  nodeFacing,

@@ -89,6 +89,10 @@ func (e *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 	if err != nil {
 		return err
 	}
+	// The plugin and the node need the secrets and mount flags in clear.
+	if vol, err = e.srv.openVolume(vol); err != nil {
+		return err
+	}
 	if plugin != nil && plugin.ControllerRequired && plugin.SupportsAttachDetach() {
 		pc, err := e.controllerPublish(ctx, vol, claim)
 		if err != nil {

@@ -150,6 +150,9 @@ func (e *CSIVolume) prepareCreate(snap *state.StateSnapshot, in *structs.CSIVolu
 	vol.Topologies = resp.Topologies
 	vol.Provider, vol.ProviderVersion = plugin.Provider, plugin.Version
 	clearDerived(vol)
+	if err := e.srv.sealVolume(vol, nil); err != nil {
+		return nil, err
+	}
 	e.logger.Info("volume created in plugin", "volume_id", vol.ID, "plugin_id", vol.PluginID, "external_id", vol.ExternalID)
 	return vol, nil
 }
@@ -207,6 +210,9 @@ func (e *CSIVolume) Delete(args *structs.CSIVolumeDeleteRequest, reply *structs.
 	}
 	var deleted []string
 	for _, vol := range vols {
+		if vol, err = e.srv.openVolume(vol); err != nil {
+			return err
+		}
 		secrets := maps.Clone(vol.Secrets)
 		if secrets == nil {
 			secrets = structs.CSISecrets{}

@@ -97,6 +97,12 @@ func (e *CSIVolume) prepareRegister(snap *state.StateSnapshot, in *structs.CSIVo
 	if err != nil {
 		return nil, err
 	}
+	// Sealed before the merge, keeping the stored sealed values whose
+	// plaintext is unchanged: the merge's "mount options in use" rule
+	// compares them, and so does the FSM.
+	if err := e.srv.sealVolume(vol, existing); err != nil {
+		return nil, err
+	}
 	if existing != nil {
 		// The rule the FSM applies again to the volume as it is then.
 		merged, err := existing.Merge(vol)

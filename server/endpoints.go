@@ -32,6 +32,7 @@ func (s *Server) endpoints(conn *sessionConn) map[string]any {
 		"ClientCSI": &ClientCSI{srv: s},
 		"Job":       &Job{srv: s, logger: s.logger.Named("job")},
 		"Alloc":     &Alloc{srv: s},
+		"Keyring":   &Keyring{srv: s},
 		"ACL":       &ACL{srv: s, logger: s.logger.Named("acl")},
 		"Namespace": &Namespace{srv: s},
 	}

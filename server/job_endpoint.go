@@ -43,6 +43,13 @@ func (e *Job) Register(args *structs.JobRegisterRequest, reply *structs.JobRegis
 	}
 	// Server-owned fields never come from the caller.
 	job.ClearServerFields()
+	existing, err := e.srv.State().JobByID(nil, job.Namespace, job.ID)
+	if err != nil {
+		return err
+	}
+	if err := e.srv.sealJob(job, existing); err != nil {
+		return err
+	}
 	args.Job = job
 	args.Timestamp = structs.NowNano()
 	_, index, err := e.srv.raftApply(structs.JobRegisterRequestType, args)

@@ -145,10 +145,14 @@ func (s *Server) setupLeadershipWithRetry(done <-chan struct{}) bool {
 
 // setupLeadership is what a new leader must finish before it serves
 // consistent reads and runs the leader's loops: a barrier, so that every
-// entry committed by earlier leaders is applied here.
+// entry committed by earlier leaders is applied here, and a cluster keyring
+// to seal secrets with.
 func (s *Server) setupLeadership(attempt int) error {
 	if err := s.raft.Barrier(barrierTimeout).Error(); err != nil {
 		return fmt.Errorf("barrier: %w", err)
+	}
+	if err := s.establishKeyring(); err != nil {
+		return fmt.Errorf("keyring: %w", err)
 	}
 	if s.config.leaderSetupHook != nil {
 		return s.config.leaderSetupHook(attempt)

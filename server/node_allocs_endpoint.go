@@ -37,6 +37,11 @@ func (e *Node) GetClientAllocs(args *structs.NodeClientAllocsRequest, reply *str
 				return 0, err
 			}
 			if job != nil {
+				// The node mounts its volumes with the requests' flags,
+				// which the state keeps sealed.
+				if job, err = e.srv.openJob(job); err != nil {
+					return 0, err
+				}
 				reply.Jobs[key] = job
 			}
 		}

@@ -85,7 +85,7 @@ func (s *Server) securityStatus() *structs.SecurityStatus {
 	st.Open = !st.RPCTLS && !st.NodeIntroRequired
 	if !st.RPCTLS {
 		st.Warnings = append(st.Warnings, fmt.Sprintf(
-			"RPC without TLS: any process that reaches %s can join as a server, write to the Raft log and call every server-to-server endpoint (set tls { rpc = true } with certificates from `volplane tls`)",
+			"RPC without TLS: any process that reaches %s can join as a server, write to the Raft log, call every server-to-server endpoint and fetch the keyring's key-encryption key (set tls { rpc = true } with certificates from `volplane tls`)",
 			s.rpcAddr))
 	}
 	if st.Open {

@@ -21,6 +21,15 @@ func (b watcherBackend) ControllerDetach(ctx context.Context, req *structs.Clien
 	return b.s.clientRPC.ControllerDetachVolume(ctx, req)
 }
 
+// VolumeSecrets opens the volume's secrets for a controller detach.
+func (b watcherBackend) VolumeSecrets(vol *structs.CSIVolume) (structs.CSISecrets, error) {
+	opened, err := b.s.openVolume(vol)
+	if err != nil {
+		return nil, err
+	}
+	return opened.Secrets, nil
+}
+
 // Checkpoint writes a claim's release state; the time is the leader's.
 func (b watcherBackend) Checkpoint(namespace, volumeID string, claim *structs.CSIVolumeClaim, now time.Time) error {
 	_, _, err := b.s.raftApply(structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{

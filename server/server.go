@@ -36,6 +36,7 @@ type Server struct {
 	tls    *tlsutil.Configurator
 
 	fsm       *fsm.FSM
+	keyring   *keyring
 	raft      *raft.Raft
 	raftLayer *rpc.RaftLayer
 	// raftTransport's pooled outgoing connections are closed on shutdown;
@@ -127,6 +128,10 @@ func NewServer(cfg *Config) (*Server, error) {
 		}
 		return counts
 	})
+	if s.keyring, err = openKeyring(cfg.DataDir, s.logger, s.State); err != nil {
+		return nil, err
+	}
+	s.keyring.fetch = s.fetchKEK
 	if err := s.setupRPC(); err != nil {
 		return nil, err
 	}
@@ -166,6 +171,7 @@ func NewServer(cfg *Config) (*Server, error) {
 		s.logger.Warn(w)
 	}
 	s.goFunc(s.monitorLeadership)
+	s.goFunc(s.watchKeyring)
 	s.goFunc(s.joinLoop)
 	s.logger.Info("server started", "node_id", s.nodeID, "name", cfg.NodeName,
 		"rpc", s.rpcAddr, "http", s.HTTPAddr(), "bootstrap_expect", cfg.BootstrapExpect)

@@ -19,6 +19,7 @@ const (
 	TableAllocs      = "allocs"
 	TableJobs        = "jobs"
 	TableNodeIntro   = "node_intro_tokens"
+	TableRootKeys    = "root_keys"
 	TableACLPolicies = "acl_policy"
 	TableACLTokens   = "acl_token"
 	TableNamespaces  = "namespaces"
@@ -46,6 +47,7 @@ var schemaFuncs = []func() *memdb.TableSchema{
 	allocsTableSchema,
 	jobsTableSchema,
 	nodeIntroTableSchema,
+	rootKeysTableSchema,
 	aclPoliciesTableSchema,
 	aclTokensTableSchema,
 	namespacesTableSchema,
@@ -67,7 +69,7 @@ func schema() *memdb.DBSchema {
 // Tables returns the names of every table whose changes are tracked in the
 // index table, for callers that wait on "anything".
 func Tables() []string {
-	return []string{TableNodes, TableCSIVolumes, TableCSIPlugins, TableAllocs, TableJobs, TableNodeIntro,
+	return []string{TableNodes, TableCSIVolumes, TableCSIPlugins, TableAllocs, TableJobs, TableNodeIntro, TableRootKeys,
 		TableACLPolicies, TableACLTokens, TableNamespaces}
 }
 

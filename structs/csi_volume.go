@@ -75,10 +75,14 @@ func (c *CSIVolumeCapability) String() string {
 }
 
 // CSIMountOptions are the file system type and mount flags of a volume. The
-// flags may hold credentials, so they are never printed.
+// flags may hold credentials, so they are never printed, and the servers
+// keep them sealed (SealedFlags) rather than in MountFlags.
 type CSIMountOptions struct {
 	FSType     string
 	MountFlags []string
+	// SealedFlags are the mount flags sealed by the leader with the
+	// cluster keyring, as the replicated state keeps them.
+	SealedFlags *Sealed `json:"-"`
 }
 
 // Copy returns a deep copy.
@@ -86,15 +90,21 @@ func (o *CSIMountOptions) Copy() *CSIMountOptions {
 	if o == nil {
 		return nil
 	}
-	return &CSIMountOptions{FSType: o.FSType, MountFlags: slices.Clone(o.MountFlags)}
+	return &CSIMountOptions{FSType: o.FSType, MountFlags: slices.Clone(o.MountFlags), SealedFlags: o.SealedFlags.Copy()}
 }
 
-// Equal compares both fields.
+// Equal compares every field; sealed flags are equal when they are the same
+// sealed value (see Sealed.Equal).
 func (o *CSIMountOptions) Equal(p *CSIMountOptions) bool {
 	if o == nil || p == nil {
 		return o == p
 	}
-	return o.FSType == p.FSType && slices.Equal(o.MountFlags, p.MountFlags)
+	return o.FSType == p.FSType && slices.Equal(o.MountFlags, p.MountFlags) && o.SealedFlags.Equal(p.SealedFlags)
+}
+
+// HasFlags reports whether there are mount flags, in clear or sealed.
+func (o *CSIMountOptions) HasFlags() bool {
+	return o != nil && (len(o.MountFlags) > 0 || o.SealedFlags != nil)
 }
 
 // Redacted returns a copy whose mount flags are replaced by a marker.
@@ -103,7 +113,7 @@ func (o *CSIMountOptions) Redacted() *CSIMountOptions {
 		return nil
 	}
 	c := &CSIMountOptions{FSType: o.FSType}
-	if len(o.MountFlags) > 0 {
+	if o.HasFlags() {
 		c.MountFlags = []string{RedactedValue}
 	}
 	return c
@@ -226,9 +236,13 @@ type CSIVolume struct {
 	AttachmentMode CSIVolumeAttachmentMode
 
 	MountOptions *CSIMountOptions
-	Secrets      CSISecrets
-	Parameters   map[string]string
-	Context      map[string]string
+	// Secrets are in clear only in requests and in what a server hands to
+	// a plugin or to the claiming node; the replicated state keeps them
+	// sealed (SealedSecrets).
+	Secrets       CSISecrets
+	SealedSecrets *Sealed `json:"-"`
+	Parameters    map[string]string
+	Context       map[string]string
 
 	Capacity             int64
 	RequestedCapacityMin int64
@@ -315,6 +329,7 @@ func (v *CSIVolume) Copy() *CSIVolume {
 	}
 	c.MountOptions = v.MountOptions.Copy()
 	c.Secrets = maps.Clone(v.Secrets)
+	c.SealedSecrets = v.SealedSecrets.Copy()
 	c.Parameters = maps.Clone(v.Parameters)
 	c.Context = maps.Clone(v.Context)
 	c.RequestedTopologies = v.RequestedTopologies.Copy()
@@ -332,7 +347,7 @@ func (v *CSIVolume) Sanitize() *CSIVolume {
 		return nil
 	}
 	c := v.Copy()
-	c.Secrets = nil
+	c.Secrets, c.SealedSecrets = nil, nil
 	c.MountOptions = v.MountOptions.Redacted()
 	for _, m := range []map[string]*CSIVolumeClaim{c.ReadClaims, c.WriteClaims, c.PastClaims} {
 		for _, cl := range m {
@@ -459,7 +474,7 @@ func (v *CSIVolume) Validate() error {
 			blockOnly = false
 		}
 	}
-	if blockOnly && v.MountOptions != nil && (v.MountOptions.FSType != "" || len(v.MountOptions.MountFlags) > 0) {
+	if blockOnly && v.MountOptions != nil && (v.MountOptions.FSType != "" || v.MountOptions.HasFlags()) {
 		m.Add("block devices cannot have mount options")
 	}
 	if v.RequestedCapacityMax > 0 && v.RequestedCapacityMax < v.RequestedCapacityMin {
@@ -552,6 +567,7 @@ func (v *CSIVolume) Merge(update *CSIVolume) (*CSIVolume, error) {
 		out.MountOptions = update.MountOptions.Copy()
 	}
 	out.Secrets = maps.Clone(update.Secrets)
+	out.SealedSecrets = update.SealedSecrets.Copy()
 	if len(update.Context) > 0 {
 		out.Context = maps.Clone(update.Context)
 	}
@@ -591,3 +607,9 @@ func VolumeIDForAlloc(source string, perAlloc bool, allocName string) string {
 
 // NowNano is how endpoints stamp times before a Raft apply.
 func NowNano() int64 { return time.Now().UnixNano() }
+
+// HasPlaintextSecrets reports whether the volume carries secrets or mount
+// flags in clear, which the replicated state never keeps.
+func (v *CSIVolume) HasPlaintextSecrets() bool {
+	return len(v.Secrets) > 0 || (v.MountOptions != nil && len(v.MountOptions.MountFlags) > 0)
+}

@@ -246,7 +246,7 @@ func (j *Job) validateVolume(m *MultiError, where, alias string, tg *TaskGroup, 
 }
 
 func hasMountOptions(o *CSIMountOptions) bool {
-	return o != nil && (o.FSType != "" || len(o.MountFlags) > 0)
+	return o != nil && (o.FSType != "" || o.HasFlags())
 }
 
 // validateTask adds the problems of one task and its volume mounts.

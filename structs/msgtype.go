@@ -27,13 +27,15 @@ const (
 	PlanApplyRequestType           MessageType = 9
 	NodeIntroUpsertRequestType     MessageType = 10
 	NodeIntroDeleteRequestType     MessageType = 11
-	ACLPolicyUpsertRequestType     MessageType = 12
-	ACLPolicyDeleteRequestType     MessageType = 13
-	ACLTokenUpsertRequestType      MessageType = 14
-	ACLTokenDeleteRequestType      MessageType = 15
-	ACLTokenBootstrapRequestType   MessageType = 16
-	NamespaceUpsertRequestType     MessageType = 17
-	NamespaceDeleteRequestType     MessageType = 18
+	RootKeyUpsertRequestType       MessageType = 12
+	CSIVolumeResealRequestType     MessageType = 13
+	ACLPolicyUpsertRequestType     MessageType = 14
+	ACLPolicyDeleteRequestType     MessageType = 15
+	ACLTokenUpsertRequestType      MessageType = 16
+	ACLTokenDeleteRequestType      MessageType = 17
+	ACLTokenBootstrapRequestType   MessageType = 18
+	NamespaceUpsertRequestType     MessageType = 19
+	NamespaceDeleteRequestType     MessageType = 20
 )
 
 // IgnoreUnknownTypeFlag may be set on a message type by a newer server for an
@@ -54,6 +56,8 @@ var messageTypeNames = map[MessageType]string{
 	PlanApplyRequestType:           "PlanApply",
 	NodeIntroUpsertRequestType:     "NodeIntroUpsert",
 	NodeIntroDeleteRequestType:     "NodeIntroDelete",
+	RootKeyUpsertRequestType:       "RootKeyUpsert",
+	CSIVolumeResealRequestType:     "CSIVolumeReseal",
 	ACLPolicyUpsertRequestType:     "ACLPolicyUpsert",
 	ACLPolicyDeleteRequestType:     "ACLPolicyDelete",
 	ACLTokenUpsertRequestType:      "ACLTokenUpsert",
@@ -92,9 +96,10 @@ const (
 	AllocSnapshot     SnapshotType = 4
 	JobSnapshot       SnapshotType = 5
 	NodeIntroSnapshot SnapshotType = 6
-	ACLPolicySnapshot SnapshotType = 7
-	ACLTokenSnapshot  SnapshotType = 8
-	NamespaceSnapshot SnapshotType = 9
+	RootKeySnapshot   SnapshotType = 7
+	ACLPolicySnapshot SnapshotType = 8
+	ACLTokenSnapshot  SnapshotType = 9
+	NamespaceSnapshot SnapshotType = 10
 )
 
 var snapshotTypeNames = map[SnapshotType]string{
@@ -105,6 +110,7 @@ var snapshotTypeNames = map[SnapshotType]string{
 	AllocSnapshot:     "Alloc",
 	JobSnapshot:       "Job",
 	NodeIntroSnapshot: "NodeIntroToken",
+	RootKeySnapshot:   "RootKey",
 	ACLPolicySnapshot: "ACLPolicy",
 	ACLTokenSnapshot:  "ACLToken",
 	NamespaceSnapshot: "Namespace",

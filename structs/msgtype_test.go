@@ -38,13 +38,15 @@ func TestMessageTypes_Named(t *testing.T) {
 		"PlanApply":           9,
 		"NodeIntroUpsert":     10,
 		"NodeIntroDelete":     11,
-		"ACLPolicyUpsert":     12,
-		"ACLPolicyDelete":     13,
-		"ACLTokenUpsert":      14,
-		"ACLTokenDelete":      15,
-		"ACLTokenBootstrap":   16,
-		"NamespaceUpsert":     17,
-		"NamespaceDelete":     18,
+		"RootKeyUpsert":       12,
+		"CSIVolumeReseal":     13,
+		"ACLPolicyUpsert":     14,
+		"ACLPolicyDelete":     15,
+		"ACLTokenUpsert":      16,
+		"ACLTokenDelete":      17,
+		"ACLTokenBootstrap":   18,
+		"NamespaceUpsert":     19,
+		"NamespaceDelete":     20,
 	}, seen)
 }
 
@@ -60,8 +62,8 @@ func TestSnapshotTypes_Named(t *testing.T) {
 	}
 	must.Eq(t, "SnapshotType(77)", SnapshotType(77).String())
 	must.Eq(t, map[string]SnapshotType{
-		"Index": 0, "Node": 1, "CSIVolume": 2, "CSIPlugin": 3, "Alloc": 4, "Job": 5, "NodeIntroToken": 6,
-		"ACLPolicy": 7, "ACLToken": 8, "Namespace": 9,
+		"Index": 0, "Node": 1, "CSIVolume": 2, "CSIPlugin": 3, "Alloc": 4, "Job": 5, "NodeIntroToken": 6, "RootKey": 7,
+		"ACLPolicy": 8, "ACLToken": 9, "Namespace": 10,
 	}, seen)
 }
 

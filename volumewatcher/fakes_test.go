@@ -263,6 +263,11 @@ func (b *fakeBackend) call(ctx context.Context, kind, volume, node, desc string)
 
 // Checkpoint applies the claim to the store as the FSM applies a
 // CSIVolumeClaimRequest, at the next index.
+// VolumeSecrets: the fake state keeps secrets in clear.
+func (b *fakeBackend) VolumeSecrets(vol *structs.CSIVolume) (structs.CSISecrets, error) {
+	return vol.Secrets, nil
+}
+
 func (b *fakeBackend) Checkpoint(namespace, volumeID string, claim *structs.CSIVolumeClaim, now time.Time) error {
 	c := claim.Copy() // what crosses Raft is a copy
 	var prev *structs.CSIVolumeClaim

@@ -175,9 +175,13 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 				w.beginAttempt(vol, claim)
 				w.hook(w.cfg.Hooks.Attempt, StepController)
 				err := w.step(ctx, func(ctx context.Context) error {
+					secrets, err := w.cfg.Backend.VolumeSecrets(vol)
+					if err != nil {
+						return err
+					}
 					return w.cfg.Backend.ControllerDetach(ctx, &structs.ClientCSIControllerDetachVolumeRequest{
 						PluginID: vol.PluginID, VolumeID: vol.RemoteID(), ClientCSINodeID: claim.ExternalNodeID,
-						Secrets: vol.Secrets, WriteRequest: structs.WriteRequest{Namespace: vol.Namespace},
+						Secrets: secrets, WriteRequest: structs.WriteRequest{Namespace: vol.Namespace},
 					})
 				})
 				if err != nil {

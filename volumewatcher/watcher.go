@@ -45,6 +45,9 @@ type Backend interface {
 	ControllerDetach(ctx context.Context, req *structs.ClientCSIControllerDetachVolumeRequest) error
 	// Checkpoint writes a claim's release state through Raft.
 	Checkpoint(namespace, volumeID string, claim *structs.CSIVolumeClaim, now time.Time) error
+	// VolumeSecrets opens the volume's secrets (the state keeps them
+	// sealed) for the controller call.
+	VolumeSecrets(vol *structs.CSIVolume) (structs.CSISecrets, error)
 }
 
 // Hooks are told of release steps, for metrics.

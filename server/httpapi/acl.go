@@ -48,6 +48,9 @@ var routeEndpoints = map[string]string{
 	"POST /v1/operator/node-intro":              "Operator.NodeIntroCreate",
 	"GET /v1/operator/node-intro":               "Operator.NodeIntroList",
 	"DELETE /v1/operator/node-intro/{accessor}": "Operator.NodeIntroDelete",
+	"PUT /v1/operator/keyring/rotate":           "Keyring.Rotate",
+	"POST /v1/operator/keyring/rotate":          "Keyring.Rotate",
+	"GET /v1/operator/keyring/keys":             "Keyring.List",
 	"GET /v1/event/stream":                      "Event.Stream",
 	"GET /v1/metrics":                           "Agent.Metrics",
 

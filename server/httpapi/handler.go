@@ -36,6 +36,8 @@
 //	PUT, POST   /v1/operator/node-intro                       create a node introduction token; body {"Name","TTL","SingleUse"}
 //	GET         /v1/operator/node-intro                       list node introduction tokens (never their secrets)
 //	DELETE      /v1/operator/node-intro/:accessor             revoke a node introduction token
+//	PUT, POST   /v1/operator/keyring/rotate[?full=true]       a new active root key; full seals every volume again
+//	GET         /v1/operator/keyring/keys                     the root keys (never their material)
 //	GET         /v1/event/stream[?topic=&index=]              newline-delimited JSON events of this server's state (see eventStream)
 //	GET         /v1/metrics                                   Prometheus text format
 //	PUT, POST   /v1/acl/bootstrap                             create the first management token (body {"BootstrapSecret"} optional)
@@ -245,6 +247,9 @@ func (h *handler) routes() {
 		"POST /v1/operator/node-intro":              h.nodeIntroCreate,
 		"GET /v1/operator/node-intro":               h.nodeIntroList,
 		"DELETE /v1/operator/node-intro/{accessor}": h.nodeIntroDelete,
+		"PUT /v1/operator/keyring/rotate":           h.keyringRotate,
+		"POST /v1/operator/keyring/rotate":          h.keyringRotate,
+		"GET /v1/operator/keyring/keys":             h.keyringList,
 	} {
 		h.handle(pattern, h.wrap(fn))
 	}
