@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/shoenig/test/must"
 
 	"github.com/volplane/volplane/acl"
@@ -289,4 +291,40 @@ func TestACL_NomadCapabilities(t *testing.T) {
 		{area: areaNamespace, caps: []string{acl.NamespaceCapabilityCSIMountVolume}, ns: "team"},
 		pluginNeed(levelRead),
 	}, needs)
+}
+
+// TestACL_SecretsNeverInRaftLog: neither the secret of a token that made a
+// write, nor a bootstrap's or a created token's secret, is in any Raft log
+// entry: the log is on every server's disk.
+func TestACL_SecretsNeverInRaftLog(t *testing.T) {
+	s, mgmt := aclTestServer(t, nil)
+	const chosen = "6f1d2c3b-4a59-4e6f-8a7b-9c0d1e2f3a4b"
+	reset := &structs.ACLTokenUpsertRequest{Tokens: []*structs.ACLToken{{Name: "t", Type: structs.ACLManagementToken}}}
+	reset.AuthToken = mgmt
+	var created structs.ACLTokenUpsertResponse
+	must.NoError(t, s.RPC("ACL.UpsertTokens", reset, &created))
+	registerNode(t, s, "dev")
+	reg := &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{mock.CSIVolume("dev")}}
+	reg.AuthToken = created.Tokens[0].SecretID
+	must.NoError(t, s.RPC("CSIVolume.Register", reg, &structs.CSIVolumeRegisterResponse{}))
+	// A second bootstrap, after a reset, with a chosen secret.
+	done, err := s.State().ACLBootstrapIndex()
+	must.NoError(t, err)
+	path := BootstrapResetPath(s.config.DataDir)
+	must.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
+	must.NoError(t, os.WriteFile(path, []byte(fmt.Sprint(done)), 0o600))
+	must.NoError(t, s.RPC("ACL.Bootstrap", &structs.ACLTokenBootstrapRequest{BootstrapSecret: chosen}, &structs.ACLTokenUpsertResponse{}))
+
+	first, err := s.raftStore.bolt.FirstIndex()
+	must.NoError(t, err)
+	last, err := s.raftStore.bolt.LastIndex()
+	must.NoError(t, err)
+	must.Greater(t, first, last)
+	for i := first; i <= last; i++ {
+		var l raft.Log
+		must.NoError(t, s.raftStore.bolt.GetLog(i, &l))
+		for _, secret := range []string{mgmt, created.Tokens[0].SecretID, chosen} {
+			must.False(t, bytes.Contains(l.Data, []byte(secret)), must.Sprintf("log entry %d holds a token's secret", i))
+		}
+	}
 }

@@ -92,6 +92,13 @@ func (s *Server) holdWait(attempt int) bool {
 // raftApply commits a write and returns the FSM's response and the index.
 // A response that is an error is returned as the error.
 func (s *Server) raftApply(t structs.MessageType, msg any) (any, uint64, error) {
+	// The caller's ACL token never enters the log: it was checked before,
+	// and every server's log and disk would keep it otherwise.
+	if r, ok := msg.(structs.RequestWithToken); ok && r.RequestToken() != "" {
+		token := r.RequestToken()
+		r.SetRequestToken("")
+		defer r.SetRequestToken(token)
+	}
 	buf, err := structs.Encode(t, msg)
 	if err != nil {
 		return nil, 0, structs.NewError(structs.ErrCodeInternal, "encoding %s request: %v", t, err)
