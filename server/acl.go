@@ -208,12 +208,6 @@ func (s *Server) aclIdentity(args any) (*identity, error) {
 	return s.acls.resolve(s.State(), secret, time.Now())
 }
 
-// allowNs returns whether the identity may do any of ops in a namespace;
-// a nil identity (ACLs off) may do everything.
-func (id *identity) allowNs(ns string, ops ...string) bool {
-	return id == nil || id.acl.AllowNsOpAnyOf(ns, ops...)
-}
-
 // nsFilter returns a function telling which namespaces a list shows the
 // identity: those where it may do any of ops. nil when everything shows.
 func (id *identity) nsFilter(ops ...string) func(ns string) bool {

@@ -43,7 +43,9 @@ type streamEnd struct {
 // server ends it (shutdown, a snapshot restore replacing the state, or a
 // client too slow to keep up) its last line is {"Error":"..."}, after which
 // the client should subscribe again, with index set to the last index it
-// received.
+// received. With ACLs on, the subscription's token is checked first (a 403
+// as any route's), and each event goes only to a token that may read its
+// object; a token deleted or expired meanwhile ends the stream.
 func (h *handler) eventStream(w http.ResponseWriter, r *http.Request) {
 	if h.events == nil {
 		h.writeError(w, r, structs.ErrNotFound("the event stream is not enabled on this agent"))
