@@ -241,8 +241,8 @@ func DefaultConfig() Config {
 		ScaleRounds:     10,
 		ACLOps:          10_000,
 		ACLListVolumes:  1_000,
-		ACLListRequests: 1_000,
-		ACLRounds:       10,
+		ACLListRequests: 4_000,
+		ACLRounds:       20,
 		Phases:          []string{PhaseRegister, PhaseClaim, PhaseList},
 	}
 }
