@@ -5,7 +5,8 @@
 // volume list endpoint with thousands of volumes; the leader's release of
 // claims when a thousand allocations stop at once, with stand-in client
 // agents answering the plugin calls; and whether registers and claims slow
-// down with ten thousand volumes in the state. `volplane bench` runs it.
+// down with ten thousand volumes in the state; and what ACLs cost registers
+// and lists. `volplane bench` runs it.
 //
 // The disk of a shared machine is noisy (fsync latency can swing tenfold
 // within a minute), so an absolute figure alone says little. Every volplane
@@ -50,6 +51,10 @@ const (
 	// PhaseTLS is registers and claims on a cluster with tls.rpc and on one
 	// without, interleaved (PhaseTLSRegister, PhaseTLSClaim).
 	PhaseTLS = "tls"
+	// PhaseACL is registers and lists on a cluster with ACLs on, with a
+	// client token, and on one with ACLs off, interleaved
+	// (PhaseACLRegister, PhaseACLList).
+	PhaseACL = "acl"
 )
 
 // phaseOrder is the order the phases run in, whatever the order of
@@ -58,7 +63,7 @@ const (
 // jobs and the servers' release steps): with them the list phase would not
 // know how many volumes it lists. The release and scale phases start
 // clusters of their own, after the first three have shut theirs down.
-var phaseOrder = []string{PhaseRegister, PhaseList, PhaseClaim, PhaseRelease, PhaseScale, PhaseTLS}
+var phaseOrder = []string{PhaseRegister, PhaseList, PhaseClaim, PhaseRelease, PhaseScale, PhaseTLS, PhaseACL}
 
 // AllPhases returns every phase, in the order they run.
 func AllPhases() []string { return slices.Clone(phaseOrder) }
@@ -86,6 +91,9 @@ const (
 	// PhaseTLSRegister and PhaseTLSClaim are the tls phase's levels.
 	PhaseTLSRegister = "tls-register"
 	PhaseTLSClaim    = "tls-claim"
+	// PhaseACLRegister and PhaseACLList are the ACL phase's levels.
+	PhaseACLRegister = "acl-register"
+	PhaseACLList     = "acl-list"
 )
 
 // Targets from the issue that asked for this benchmark.
@@ -116,6 +124,9 @@ const (
 	// TLSTargetRatio is the least share of the plaintext cluster's
 	// register and claim rates the TLS cluster must reach.
 	TLSTargetRatio = 0.9
+	// ACLTargetRatio is the least share of the ACLs-off cluster's register
+	// and list rates the cluster with ACLs on must reach.
+	ACLTargetRatio = 0.95
 )
 
 // ListTargetP50 is the p50 that listing n volumes must stay under; 0 means
@@ -179,6 +190,14 @@ type Config struct {
 	ScaleClaimOps int
 	ScaleRounds   int
 
+	// ACLOps is the number of registers, and ACLListRequests of lists (of
+	// ACLListVolumes volumes), on each cluster of the ACL phase, each
+	// level in ACLRounds alternating rounds.
+	ACLOps          int
+	ACLListVolumes  int
+	ACLListRequests int
+	ACLRounds       int
+
 	// Phases selects what runs: PhaseRegister, PhaseClaim, PhaseList,
 	// PhaseRelease, PhaseScale.
 	Phases []string
@@ -204,23 +223,27 @@ type Config struct {
 // each.
 func DefaultConfig() Config {
 	return Config{
-		Ops:            40000,
-		SerialOps:      8000,
-		Writers:        64,
-		Rounds:         5,
-		ClaimOps:       8000,
-		ClaimSerialOps: 1500,
-		RefusedClaims:  1000,
-		ListSizes:      []int{1_000, 10_000},
-		ListRequests:   50,
-		ListBatch:      500,
-		ReleaseVolumes: 1000,
-		ScaleVolumes:   10_000,
-		ScaleStuck:     100,
-		ScaleOps:       10_000,
-		ScaleClaimOps:  5000,
-		ScaleRounds:    10,
-		Phases:         []string{PhaseRegister, PhaseClaim, PhaseList},
+		Ops:             40000,
+		SerialOps:       8000,
+		Writers:         64,
+		Rounds:          5,
+		ClaimOps:        8000,
+		ClaimSerialOps:  1500,
+		RefusedClaims:   1000,
+		ListSizes:       []int{1_000, 10_000},
+		ListRequests:    50,
+		ListBatch:       500,
+		ReleaseVolumes:  1000,
+		ScaleVolumes:    10_000,
+		ScaleStuck:      100,
+		ScaleOps:        10_000,
+		ScaleClaimOps:   5000,
+		ScaleRounds:     10,
+		ACLOps:          10_000,
+		ACLListVolumes:  1_000,
+		ACLListRequests: 4_000,
+		ACLRounds:       20,
+		Phases:          []string{PhaseRegister, PhaseClaim, PhaseList},
 	}
 }
 
@@ -274,6 +297,18 @@ func (c *Config) normalize() error {
 	if c.ScaleRounds == 0 {
 		c.ScaleRounds = d.ScaleRounds
 	}
+	if c.ACLOps == 0 {
+		c.ACLOps = d.ACLOps
+	}
+	if c.ACLListVolumes == 0 {
+		c.ACLListVolumes = d.ACLListVolumes
+	}
+	if c.ACLListRequests == 0 {
+		c.ACLListRequests = d.ACLListRequests
+	}
+	if c.ACLRounds == 0 {
+		c.ACLRounds = d.ACLRounds
+	}
 	if c.Phases == nil {
 		c.Phases = d.Phases
 	}
@@ -292,7 +327,8 @@ func (c *Config) normalize() error {
 	case c.Ops < 0 || c.SerialOps < 0 || c.Writers < 0 || c.Rounds < 0 ||
 		c.ClaimOps < 0 || c.ClaimSerialOps < 0 || c.RefusedClaims < 0 ||
 		c.ListRequests < 0 || c.ListBatch < 0 || c.ReleaseVolumes < 0 ||
-		c.ScaleVolumes < 0 || c.ScaleStuck < 0 || c.ScaleOps < 0 || c.ScaleClaimOps < 0 || c.ScaleRounds < 0:
+		c.ScaleVolumes < 0 || c.ScaleStuck < 0 || c.ScaleOps < 0 || c.ScaleClaimOps < 0 || c.ScaleRounds < 0 ||
+		c.ACLOps < 0 || c.ACLListVolumes < 0 || c.ACLListRequests < 0 || c.ACLRounds < 0:
 		return errors.New("sizes must not be negative")
 	case c.runs(PhaseRegister) && (c.Rounds > c.Ops || c.Rounds > c.SerialOps):
 		return fmt.Errorf("rounds (%d) must not exceed the op counts (%d, %d): every round needs an op",
@@ -307,6 +343,9 @@ func (c *Config) normalize() error {
 		return fmt.Errorf("the release phase needs at least 2 volumes, one per agent (got %d)", c.ReleaseVolumes)
 	case c.runs(PhaseScale) && c.ScaleStuck > c.ScaleVolumes:
 		return fmt.Errorf("stuck volumes (%d) must not exceed the scale volumes (%d): they are among them", c.ScaleStuck, c.ScaleVolumes)
+	case c.runs(PhaseACL) && (c.ACLRounds > c.ACLOps || c.ACLRounds > c.ACLListRequests):
+		return fmt.Errorf("ACL rounds (%d) must not exceed the ACL op counts (%d, %d): every round needs an op",
+			c.ACLRounds, c.ACLOps, c.ACLListRequests)
 	case (c.runs(PhaseScale) || c.runs(PhaseTLS)) && (c.ScaleRounds > c.ScaleOps || c.ScaleRounds > c.ScaleClaimOps):
 		return fmt.Errorf("scale rounds (%d) must not exceed the scale op counts (%d, %d): every round needs an op",
 			c.ScaleRounds, c.ScaleOps, c.ScaleClaimOps)
@@ -371,6 +410,11 @@ func run(ctx context.Context, cfg *Config, dir string, rep *Report) error {
 	if cfg.runs(PhaseTLS) {
 		if err := runTLS(ctx, cfg, dir, rep); err != nil {
 			return fmt.Errorf("tls: %w", err)
+		}
+	}
+	if cfg.runs(PhaseACL) {
+		if err := runACL(ctx, cfg, dir, rep); err != nil {
+			return fmt.Errorf("acl: %w", err)
 		}
 	}
 	return nil

@@ -39,7 +39,7 @@ func TestBenchSmoke(t *testing.T) {
 		"-list-sizes=50,100", "-list-requests=5", "-batch=40",
 		"-claim-ops=40", "-claim-serial-ops=20", "-refused-claims=30",
 		"-release-volumes=20", "-scale-volumes=200", "-scale-stuck=5", "-scale-ops=40", "-scale-claim-ops=40",
-		"-scale-rounds=2", "-phases=all",
+		"-scale-rounds=2", "-acl-ops=40", "-acl-list-volumes=60", "-acl-list-requests=10", "-acl-rounds=2", "-phases=all",
 		"-breakdown", "-dir=" + dir, "-log-level=warn",
 		"-memprofile=" + filepath.Join(profDir, "allocs.pprof")}, ui)
 	if code != 0 {
@@ -106,7 +106,7 @@ func TestBenchSmoke(t *testing.T) {
 			rep.ReleaseJobs, rep.ReleasePerAgent)
 	}
 	// The phases run in the order register, list, claim, release, scale, tls,
-	// whatever the order of -phases. The agent-down row's volumes are the
+	// acl, whatever the order of -phases. The agent-down row's volumes are the
 	// claims the stopped agent held, which the placer decides: checked
 	// below, and -1 here.
 	want := []level{
@@ -121,6 +121,8 @@ func TestBenchSmoke(t *testing.T) {
 		{"scale-claim", "", 8, 0, 40}, {"scale-claim", "", 8, 200, 40},
 		{"tls-register", "", 8, 0, 40}, {"tls-register", "", 8, 0, 40},
 		{"tls-claim", "", 8, 0, 40}, {"tls-claim", "", 8, 0, 40},
+		{"acl-register", "", 8, 0, 40}, {"acl-register", "", 8, 0, 40},
+		{"acl-list", "", 1, 60, 10}, {"acl-list", "", 1, 60, 10},
 	}
 	if len(rep.Results) != len(want) {
 		t.Fatalf("got %d results, want %d:\n%s", len(rep.Results), len(want), ui.OutputWriter.String())
@@ -161,7 +163,7 @@ func TestBenchSmoke(t *testing.T) {
 		if (r.Cluster == "loaded" || r.Cluster == "tls") && (r.ThroughputRatio <= 0 || r.P99Ratio <= 0) {
 			t.Errorf("result %d: %s without its comparison to the other cluster: %+v", i, r.Phase, r)
 		}
-		judged := r.Phase != "baseline" && r.Phase != "raft+fsm" && r.Cluster != "empty" && r.Cluster != "plaintext"
+		judged := r.Phase != "baseline" && r.Phase != "raft+fsm" && r.Cluster != "empty" && r.Cluster != "plaintext" && r.Cluster != "acl-off"
 		if judged && r.Pass == nil {
 			t.Errorf("result %d: %s without a verdict", i, r.Phase)
 		}

@@ -59,6 +59,10 @@ type RunConfig struct {
 	ScaleOps       int      `json:"scale_ops"`
 	ScaleClaimOps  int      `json:"scale_claim_ops"`
 	ScaleRounds    int      `json:"scale_rounds"`
+	ACLOps         int      `json:"acl_ops"`
+	ACLListVolumes int      `json:"acl_list_volumes"`
+	ACLListReqs    int      `json:"acl_list_requests"`
+	ACLRounds      int      `json:"acl_rounds"`
 	Phases         []string `json:"phases"`
 	Breakdown      bool     `json:"breakdown,omitempty"`
 }
@@ -70,6 +74,7 @@ func reportConfig(c Config) RunConfig {
 		ClaimOps: c.ClaimOps, ClaimSerialOps: c.ClaimSerialOps, RefusedClaims: c.RefusedClaims,
 		ReleaseVolumes: c.ReleaseVolumes, ScaleVolumes: c.ScaleVolumes, ScaleStuck: c.ScaleStuck,
 		ScaleOps: c.ScaleOps, ScaleClaimOps: c.ScaleClaimOps, ScaleRounds: c.ScaleRounds,
+		ACLOps: c.ACLOps, ACLListVolumes: c.ACLListVolumes, ACLListReqs: c.ACLListRequests, ACLRounds: c.ACLRounds,
 		Phases: c.Phases, Breakdown: c.Breakdown,
 	}
 }
@@ -307,6 +312,15 @@ func (r *Report) addPaired(phase string, conc int, refName string, ref *series, 
 	l.Detail = fmt.Sprintf("round ratios %.2f-%.2f, overall %.2fx; %s",
 		slices.Min(ratios), slices.Max(ratios), ls.opsPerSec/es.opsPerSec, detail)
 	r.Results = append(r.Results, e, l)
+}
+
+// addACL adds an ACL level: the cluster with ACLs off, then the one with
+// ACLs on, judged by the median over the rounds of on's rate as a share of
+// off's in the same round.
+func (r *Report) addACL(phase string, conc, volumes int, off, on *series, detail string) {
+	r.addPaired(phase, conc, "acl-off", off, "acl-on", on, ACLTargetRatio, detail)
+	r.Results[len(r.Results)-2].Volumes = volumes
+	r.Results[len(r.Results)-1].Volumes = volumes
 }
 
 // shorten cuts s to n runes, marking the cut.

@@ -55,6 +55,9 @@ type volplane struct {
 	registered []string
 	// node is the benchmark node, whose secret the claims carry.
 	node *structs.Node
+	// token, when set (a cluster with ACLs on), is sent with every call
+	// and list that carries none of its own.
+	token string
 	// provider and providerVersion are the benchmark plugin's, which the
 	// leader copies into every volume it registers.
 	provider, providerVersion string
@@ -79,14 +82,16 @@ type volplane struct {
 // Raft timing, and waits until the leader serves consistent reads. name
 // tells the cluster apart from the others of the run, in the servers' names
 // and logs and in the label instance of a CPU profile.
-func startVolplane(ctx context.Context, cfg *Config, dir, name string) (_ *volplane, err error) {
-	return startVolplaneTLS(ctx, cfg, dir, name, nil)
+func startVolplane(ctx context.Context, cfg *Config, dir, name string, opts ...func(*server.Config)) (_ *volplane, err error) {
+	return startVolplaneTLS(ctx, cfg, dir, name, nil, opts...)
 }
 
 // startVolplaneTLS is startVolplane with the servers' tls.rpc on when tc is
 // not nil: each server has tc's server certificate, and the benchmark's own
 // RPC client, which stands in for a server forwarding requests, has it too.
-func startVolplaneTLS(ctx context.Context, cfg *Config, dir, name string, tc *tlsutil.Configurator) (_ *volplane, err error) {
+// opts change each server's configuration last.
+func startVolplaneTLS(ctx context.Context, cfg *Config, dir, name string, tc *tlsutil.Configurator,
+	opts ...func(*server.Config)) (_ *volplane, err error) {
 	logger := cfg.Logger.Named(name + "-client")
 	var outgoing func() *tls.Config
 	if tc != nil {
@@ -121,6 +126,9 @@ func startVolplaneTLS(ctx context.Context, cfg *Config, dir, name string, tc *tl
 		}
 		c.Logger = cfg.Logger.Named(c.NodeName)
 		c.TLS = tc
+		for _, o := range opts {
+			o(c)
+		}
 		var s *server.Server
 		// Every goroutine the server starts, and the ones they start,
 		// inherit these labels, so a CPU profile can be split by cluster
@@ -194,8 +202,10 @@ func (vp *volplane) leaderReady() error {
 	if voters != clusterSize {
 		return fmt.Errorf("the leader has %d voters, want %d", voters, clusterSize)
 	}
-	var reply structs.CSIVolumeListResponse
-	return vp.call("CSIVolume.List", &structs.CSIVolumeListRequest{}, &reply)
+	// A consistent read, which the leader holds until its barrier, of an
+	// endpoint that needs no ACL token.
+	var leader string
+	return vp.call("Status.Leader", &structs.GenericRequest{}, &leader)
 }
 
 // follower returns a server that is not the leader.
@@ -215,6 +225,9 @@ func (vp *volplane) stillLeader() bool {
 
 // call makes one RPC to the leader over the network.
 func (vp *volplane) call(method string, args, reply any) error {
+	if r, ok := args.(structs.RequestWithToken); ok && vp.token != "" && r.RequestToken() == "" {
+		r.SetRequestToken(vp.token)
+	}
 	return vp.pool.RPC(vp.leader.RPCAddr(), method, args, reply)
 }
 
@@ -420,6 +433,9 @@ func (vp *volplane) listVolumes(ctx context.Context, count bool) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
+	}
+	if vp.token != "" {
+		req.Header.Set("X-Nomad-Token", vp.token)
 	}
 	resp, err := vp.http.Do(req)
 	if err != nil {

@@ -172,6 +172,9 @@ func (m *allocManager) releasedByServers(u VolumeUsage) (bool, error) {
 	// The leader's answer: a follower's state may not have seen the claim
 	// taken, or may not have seen it freed.
 	args.AllowStale = false
+	// Where ACLs are on, the node's secret is its token: the servers then
+	// show it the volumes it holds claims on.
+	args.AuthToken = m.c.id.SecretID
 	var reply structs.CSIVolumeGetResponse
 	err := m.c.rpc("CSIVolume.Get", args, &reply)
 	return claimReleased(u.AllocID, reply.Volume, err)

@@ -66,12 +66,19 @@ Usage: volplane agent [options]
   -retry-join=HOST:PORT   Another server to join; repeatable.
   -region=REGION          The agent's region (default "global"); TLS role
                           names are checked in it.
+  -acl-enabled            Enforce ACLs (acl { enabled = true }): every
+                          request needs a token that allows it. Bootstrap
+                          the first management token with
+                          "volplane acl bootstrap".
   -log-level=LEVEL        trace, debug, info, warn or error (default info).
   -log-json               Log in JSON.
 
-  TLS (tls { rpc = true, http = true, ca_file, cert_file, key_file, ... })
-  and limits (limits { rpc_max_conns_per_client = 100, ... }) are set in
-  the config file; SIGHUP reloads the certificates it names.
+  TLS (tls { rpc = true, http = true, ca_file, cert_file, key_file, ... }),
+  limits (limits { rpc_max_conns_per_client = 100, ... }) and ACLs
+  (acl { enabled = true, token_ttl = "30s", policy_ttl = "30s" }) are set
+  in the config file; SIGHUP reloads the certificates it names. To run the
+  ACL bootstrap again, write the reset index its refusal names into
+  <data_dir>/server/acl-bootstrap-reset on the leader.
 `)
 }
 
@@ -214,6 +221,8 @@ func (c *AgentCommand) parse(args []string) (*AgentConfig, bool, error) {
 	fs.StringVar(&logLevel, "log-level", "", "")
 	fs.StringVar(&region, "region", "", "")
 	fs.BoolVar(&logJSON, "log-json", false, "")
+	var aclEnabled bool
+	fs.BoolVar(&aclEnabled, "acl-enabled", false, "")
 	clientFlags := addClientFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, false, fmt.Errorf("agent: %v (see volplane agent -help)", err)
@@ -277,6 +286,12 @@ func (c *AgentCommand) parse(args []string) (*AgentConfig, bool, error) {
 	if set["log-json"] {
 		cfg.LogJSON = logJSON
 	}
+	if set["acl-enabled"] {
+		if cfg.ACL == nil {
+			cfg.ACL = &ACLBlock{}
+		}
+		cfg.ACL.Enabled = aclEnabled
+	}
 	if err := clientFlags.apply(cfg, set); err != nil {
 		return nil, false, err
 	}
@@ -318,6 +333,7 @@ func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, f
 	cfg.NodeIntroRequired = a.Server.NodeIntroRequired
 	cfg.NodeIntroTokens = a.Server.NodeIntroTokens
 	cfg.MaxGroupCount = a.Server.JobMaxGroupCount
+	applyACL(a, cfg)
 	if l := a.Limits; l != nil {
 		cfg.RPCMaxConnsPerClient = connLimitSetting(l.RPCMaxConnsPerClient)
 		cfg.HTTPMaxConnsPerClient = connLimitSetting(l.HTTPMaxConnsPerClient)

@@ -29,6 +29,7 @@ type AgentConfig struct {
 	Client   *ClientBlock  `hcl:"client,block"`
 	TLS      *TLSBlock     `hcl:"tls,block"`
 	Limits   *LimitsBlock  `hcl:"limits,block"`
+	ACL      *ACLBlock     `hcl:"acl,block"`
 }
 
 // PortsConfig are the agent's ports. Nil is unset (the default port);
@@ -174,6 +175,9 @@ func (c *AgentConfig) validate() error {
 		return err
 	}
 	if err := c.Limits.validate(); err != nil {
+		return err
+	}
+	if err := c.ACL.validate(); err != nil {
 		return err
 	}
 	if c.Region != "" && !validRegion(c.Region) {

@@ -104,11 +104,21 @@ Usage: volplane bench [options]
             with -writers callers, interleaved in -scale-rounds rounds.
             Target: the TLS cluster's ops/s >= 0.9x the plaintext one's, as
             the median over the rounds of their ratio within a round.
+  acl       Not run by default (-phases=all or -phases=acl; about a
+            minute). What ACLs cost: two 3-server clusters of its own, one
+            with ACLs off, one with ACLs on and bootstrapped, whose calls
+            carry a client token with a namespace policy (resolved by every
+            server from its cache). -acl-ops registers with -writers
+            writers, then -acl-list-requests GET /v1/volumes of
+            -acl-list-volumes volumes, on both clusters, interleaved in
+            -acl-rounds rounds. Target: the ACL cluster's ops/s >= %gx the
+            other's, for registers and for lists, as the median over the
+            rounds of the two clusters' ratio within a round.
 
-  The phases run in the order register, list, claim, release, scale, tls: the
-  claim phase leaves its volumes claimed, so it comes after the list phase
-  counts volumes; release and scale start clusters of their own once the
-  first three have shut theirs down.
+  The phases run in the order register, list, claim, release, scale, tls,
+  acl: the claim phase leaves its volumes claimed, so it comes after the
+  list phase counts volumes; release, scale, tls and acl start clusters of
+  their own once the first three have shut theirs down.
 
   Progress goes to stderr; the table (or, with -json, the JSON report) to
   stdout. The exit code is 0 even when a target is missed, unless -strict.
@@ -142,8 +152,17 @@ Options:
                      (default %d).
   -scale-rounds=N    Alternating rounds per scale or tls level
                      (default %d).
+  -acl-ops=N         Registers on each cluster in the acl phase
+                     (default %d).
+  -acl-list-volumes=N
+                     Volumes each cluster of the acl phase lists
+                     (default %d).
+  -acl-list-requests=N
+                     Lists on each cluster in the acl phase (default %d).
+  -acl-rounds=N      Alternating ACLs off/on rounds per acl level
+                     (default %d).
   -phases=LIST       Comma-separated phases: register, claim, list, release,
-                     scale, tls, or all (default %s).
+                     scale, tls, acl, or all (default %s).
   -breakdown         Add a third side to the register rounds, raft+fsm:
                      raft.Apply of the leader-encoded register entries on
                      the volplane leader (state machine included, RPC layers
@@ -164,10 +183,12 @@ Options:
                      error).
 `, bench.TargetThroughputRatio, bench.TargetP99Ratio, bench.ClaimTargetThroughputRatio, bench.TargetP99Ratio,
 		bench.ReleaseTargetRate, bench.ReleaseTargetGoroutines, bench.ReleaseTargetBackoffCores, bench.ScaleTargetRatio,
+		bench.ACLTargetRatio,
 		d.Ops, d.SerialOps, d.Writers, d.Rounds,
 		joinInts(d.ListSizes), d.ListRequests, d.ListBatch,
 		d.ClaimOps, d.ClaimSerialOps, d.RefusedClaims,
 		d.ReleaseVolumes, d.ScaleVolumes, d.ScaleStuck, d.ScaleOps, d.ScaleClaimOps, d.ScaleRounds,
+		d.ACLOps, d.ACLListVolumes, d.ACLListRequests, d.ACLRounds,
 		strings.Join(d.Phases, ",")))
 }
 
@@ -194,6 +215,10 @@ func (c *BenchCommand) Run(args []string) int {
 	f.IntVar(&cfg.ScaleOps, "scale-ops", cfg.ScaleOps, "")
 	f.IntVar(&cfg.ScaleClaimOps, "scale-claim-ops", cfg.ScaleClaimOps, "")
 	f.IntVar(&cfg.ScaleRounds, "scale-rounds", cfg.ScaleRounds, "")
+	f.IntVar(&cfg.ACLOps, "acl-ops", cfg.ACLOps, "")
+	f.IntVar(&cfg.ACLListVolumes, "acl-list-volumes", cfg.ACLListVolumes, "")
+	f.IntVar(&cfg.ACLListRequests, "acl-list-requests", cfg.ACLListRequests, "")
+	f.IntVar(&cfg.ACLRounds, "acl-rounds", cfg.ACLRounds, "")
 	f.StringVar(&phases, "phases", strings.Join(cfg.Phases, ","), "")
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "")
 	f.StringVar(&cfg.Dir, "dir", "", "")
@@ -214,6 +239,8 @@ func (c *BenchCommand) Run(args []string) int {
 		"claim-ops": cfg.ClaimOps, "claim-serial-ops": cfg.ClaimSerialOps, "refused-claims": cfg.RefusedClaims,
 		"release-volumes": cfg.ReleaseVolumes, "scale-volumes": cfg.ScaleVolumes, "scale-stuck": cfg.ScaleStuck,
 		"scale-ops": cfg.ScaleOps, "scale-claim-ops": cfg.ScaleClaimOps, "scale-rounds": cfg.ScaleRounds,
+		"acl-ops": cfg.ACLOps, "acl-list-volumes": cfg.ACLListVolumes, "acl-list-requests": cfg.ACLListRequests,
+		"acl-rounds": cfg.ACLRounds,
 	} {
 		if n < 1 {
 			return c.UsageError(c, "-%s must be at least 1 (got %d)", name, n)

@@ -145,7 +145,7 @@ func (e *clientEnv) cli(t *testing.T, s Server, command string, args ...string) 
 // get reads url and decodes its 200 answer into out, checking that the
 // body shows no secret.
 func (e *clientEnv) get(url string, out any) error {
-	res, err := doHTTP(http.MethodGet, url, nil)
+	res, err := doHTTP(http.MethodGet, url, nil, tokenHeader(e.c)...)
 	if err != nil {
 		return err
 	}

@@ -72,6 +72,9 @@ type ProcessCluster struct {
 	extraDirs []string
 	// tls is set for a cluster started with ProcessConfig.TLS.
 	tls *tlsFiles
+	// token, once set (SetToken), is the ACL token the CLI and the
+	// harness's HTTP reads send.
+	token string
 }
 
 var _ Cluster = (*ProcessCluster)(nil)
@@ -464,6 +467,10 @@ func (c *ProcessCluster) CLI(t testing.TB, srv Server, command string, args ...s
 	cmd.Env = cliEnv()
 	if c.tls != nil {
 		cmd.Env = append(cmd.Env, c.tls.cliEnv()...)
+	}
+	if c.token != "" {
+		// A -token among args wins over it.
+		cmd.Env = append(cmd.Env, "VOLPLANE_TOKEN="+c.token)
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

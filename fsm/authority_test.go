@@ -144,6 +144,30 @@ func refusedEntries() map[string]struct {
 				CSINodePlugins: map[string]*structs.CSIInfo{"p": nil}}}, structs.ErrCodeInvalid},
 		"node deregister of an unknown node": {entry{structs.NodeDeregisterRequestType,
 			&structs.NodeDeregisterRequest{NodeIDs: []string{"n1", "nope"}}}, structs.ErrCodeNotFound},
+		"policy that does not parse": {entry{structs.ACLPolicyUpsertRequestType, &structs.ACLPolicyUpsertRequest{
+			Policies: []*structs.ACLPolicy{{Name: "p", Rules: `namespace "default" { policy = "admin" }`}}}}, structs.ErrCodeInvalid},
+		"policy upsert with an empty policy": {entry{structs.ACLPolicyUpsertRequestType,
+			&structs.ACLPolicyUpsertRequest{Policies: []*structs.ACLPolicy{nil}}}, structs.ErrCodeInvalid},
+		"token with its secret": {entry{structs.ACLTokenUpsertRequestType, &structs.ACLTokenUpsertRequest{
+			Tokens: []*structs.ACLToken{{AccessorID: "t", SecretID: "s", Type: structs.ACLManagementToken,
+				SecretHash: structs.HashACLSecret("s")}}}}, structs.ErrCodeInvalid},
+		"token naming an unknown policy": {entry{structs.ACLTokenUpsertRequestType, &structs.ACLTokenUpsertRequest{
+			Tokens: []*structs.ACLToken{{AccessorID: "t", Type: structs.ACLClientToken, Policies: []string{"nope"},
+				SecretHash: structs.HashACLSecret("s")}}}}, structs.ErrCodeInvalid},
+		"token upsert with an empty token": {entry{structs.ACLTokenUpsertRequestType,
+			&structs.ACLTokenUpsertRequest{Tokens: []*structs.ACLToken{nil}}}, structs.ErrCodeInvalid},
+		"bootstrap carrying the operator's secret": {entry{structs.ACLTokenBootstrapRequestType, &structs.ACLTokenBootstrapRequest{
+			BootstrapSecret: "a0d4ba33-5a5e-4d14-8d3e-4f7d4b2f9c10", Token: &structs.ACLToken{AccessorID: "b",
+				Type: structs.ACLManagementToken, SecretHash: structs.HashACLSecret("a0d4ba33-5a5e-4d14-8d3e-4f7d4b2f9c10")}}},
+			structs.ErrCodeInvalid},
+		"namespace upsert with an empty namespace": {entry{structs.NamespaceUpsertRequestType,
+			&structs.NamespaceUpsertRequest{Namespaces: []*structs.Namespace{nil}}}, structs.ErrCodeInvalid},
+		"delete of the default namespace": {entry{structs.NamespaceDeleteRequestType,
+			&structs.NamespaceDeleteRequest{Namespaces: []string{structs.DefaultNamespace}}}, structs.ErrCodeInvalid},
+		"volume in a namespace that does not exist": {entry{structs.CSIVolumeRegisterRequestType,
+			&structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{testVolume("nope", "vol9", "p")}}}, structs.ErrCodeInvalid},
+		"job in a namespace that does not exist": {entry{structs.JobRegisterRequestType,
+			&structs.JobRegisterRequest{Job: volumeJob("nope", "web9", "vol")}}, structs.ErrCodeInvalid},
 	}
 }
 
@@ -291,6 +315,20 @@ func newRequest(mt structs.MessageType) any {
 		return &structs.RootKeyUpsertRequest{}
 	case structs.CSIVolumeResealRequestType:
 		return &structs.CSIVolumeResealRequest{}
+	case structs.ACLPolicyUpsertRequestType:
+		return &structs.ACLPolicyUpsertRequest{}
+	case structs.ACLPolicyDeleteRequestType:
+		return &structs.ACLPolicyDeleteRequest{}
+	case structs.ACLTokenUpsertRequestType:
+		return &structs.ACLTokenUpsertRequest{}
+	case structs.ACLTokenDeleteRequestType:
+		return &structs.ACLTokenDeleteRequest{}
+	case structs.ACLTokenBootstrapRequestType:
+		return &structs.ACLTokenBootstrapRequest{}
+	case structs.NamespaceUpsertRequestType:
+		return &structs.NamespaceUpsertRequest{}
+	case structs.NamespaceDeleteRequestType:
+		return &structs.NamespaceDeleteRequest{}
 	}
 	return nil
 }

@@ -42,6 +42,7 @@ func TestApplyBatch_SameAsOneByOne(t *testing.T) {
 		"a3": volumeJob("prod", "w3", "vol-i"),
 	}
 	setup := func(t *testing.T, f *FSM) {
+		createNamespaces(t, f, 1, "prod")
 		mustApply(t, f, 1, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: testNode("n1", "p")})
 		index := uint64(2)
 		for _, id := range []string{"a1", "a2", "a3"} {

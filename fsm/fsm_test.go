@@ -36,6 +36,16 @@ func mustApply(t *testing.T, f *FSM, index uint64, mt structs.MessageType, req a
 	must.Nil(t, resp, must.Sprintf("apply %s: %v", mt, resp))
 }
 
+// createNamespaces applies the creation of namespaces at index.
+func createNamespaces(t *testing.T, f *FSM, index uint64, names ...string) {
+	t.Helper()
+	req := &structs.NamespaceUpsertRequest{}
+	for _, n := range names {
+		req.Namespaces = append(req.Namespaces, &structs.Namespace{Name: n})
+	}
+	mustApply(t, f, index, structs.NamespaceUpsertRequestType, req)
+}
+
 func mustRespCode(t *testing.T, resp any, code structs.ErrorCode) {
 	t.Helper()
 	err, ok := resp.(error)
@@ -233,6 +243,7 @@ func TestApply_Nodes(t *testing.T) {
 func TestApply_CSIVolumes(t *testing.T) {
 	f := testFSM(t)
 	st := f.State()
+	createNamespaces(t, f, 9, "prod")
 	mustApply(t, f, 10, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: testNode("n1", "p")})
 
 	// A volume without a namespace gets the request's.

@@ -56,6 +56,18 @@ func populate(t *testing.T, f *FSM) {
 		UpdateTime:     time.Unix(1700000000, 0).UTC(),
 	}}
 	ctrlNode.Attributes = map[string]string{"os": "linux"}
+	mustApply(t, f, 5, structs.NamespaceUpsertRequestType, &structs.NamespaceUpsertRequest{Namespaces: []*structs.Namespace{
+		{Name: "prod", Description: "production", Meta: map[string]string{"team": "storage"}}}})
+	mustApply(t, f, 6, structs.ACLPolicyUpsertRequestType, &structs.ACLPolicyUpsertRequest{Policies: []*structs.ACLPolicy{
+		{Name: "readers", Description: "read volumes", Rules: `namespace "prod" { policy = "read" }`}}})
+	mustApply(t, f, 7, structs.ACLTokenBootstrapRequestType, &structs.ACLTokenBootstrapRequest{Token: &structs.ACLToken{
+		AccessorID: "boot", Name: structs.BootstrapTokenName, Type: structs.ACLManagementToken,
+		SecretHash: structs.HashACLSecret("boot-secret"), CreateTime: time.Unix(1700000000, 0).UTC()}})
+	expires := time.Unix(1700003600, 0).UTC()
+	mustApply(t, f, 8, structs.ACLTokenUpsertRequestType, &structs.ACLTokenUpsertRequest{Tokens: []*structs.ACLToken{{
+		AccessorID: "reader", Name: "reader", Type: structs.ACLClientToken, Policies: []string{"readers"},
+		SecretHash: structs.HashACLSecret("reader-secret"), CreateTime: time.Unix(1700000000, 0).UTC(),
+		ExpirationTime: &expires, ExpirationTTL: time.Hour}}})
 	mustApply(t, f, 9, structs.NodeIntroUpsertRequestType, &structs.NodeIntroCreateRequest{Token: &structs.NodeIntroToken{
 		AccessorID: "intro-1", Name: "rack 4", SecretHash: structs.HashIntroSecret("s3cret"), SingleUse: true,
 		CreateTime: time.Unix(1700000000, 0).UTC()}})
@@ -125,6 +137,12 @@ func dump(t *testing.T, st *state.StateStore) map[string][]any {
 	collect(state.TableNodeIntro, iter, err)
 	iter, err = st.RootKeys(nil)
 	collect(state.TableRootKeys, iter, err)
+	iter, err = st.ACLPolicies(nil, "")
+	collect(state.TableACLPolicies, iter, err)
+	iter, err = st.ACLTokens(nil, "")
+	collect(state.TableACLTokens, iter, err)
+	iter, err = st.StoredNamespaces(nil)
+	collect(state.TableNamespaces, iter, err)
 	iter, err = st.Indexes()
 	collect(state.TableIndex, iter, err)
 	return out
@@ -146,7 +164,7 @@ func TestSnapshot_RoundTrip(t *testing.T) {
 	must.Len(t, 4, want[state.TableJobs])
 	must.Len(t, 1, want[state.TableNodeIntro])
 	must.Len(t, 1, want[state.TableRootKeys])
-	must.Len(t, 7, want[state.TableIndex])
+	must.Len(t, 11, want[state.TableIndex]) // the ACL bootstrap's row too
 	// The single-use token that introduced n1 is marked used.
 	must.Eq(t, "n1", want[state.TableNodeIntro][0].(*structs.NodeIntroToken).UsedBy)
 	// Every table of the store is filled and listed here, so a table added
@@ -155,6 +173,13 @@ func TestSnapshot_RoundTrip(t *testing.T) {
 		must.SliceNotEmpty(t, want[table], must.Sprintf("no %s rows: populate and dump must cover every table", table))
 	}
 	must.Eq(t, want, got)
+	boot, err := dst.State().ACLBootstrapIndex()
+	must.NoError(t, err)
+	must.Eq(t, uint64(7), boot)
+	tok, err := dst.State().ACLTokenBySecret("reader-secret")
+	must.NoError(t, err)
+	must.Eq(t, "reader", tok.AccessorID)
+	must.True(t, tok.ExpirationTime.Equal(time.Unix(1700003600, 0)))
 
 	// Reads that derive fields agree too, and claims came through whole.
 	for _, k := range [][2]string{{ns, "v1"}, {"prod", "v2"}} {

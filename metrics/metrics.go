@@ -17,6 +17,7 @@
 //	volplane_volumewatcher_queue_depth                   gauge: volumes waiting in the release queue
 //	volplane_conns_refused_total{listener,reason}        counter: connections refused (over a limit, plaintext, failed TLS)
 //	volplane_rpc_refused_total{method,role}              counter: RPC calls a caller's certificate role does not allow
+//	volplane_acl_denied_total{endpoint}                  counter: requests refused for their ACL token (403 Permission denied)
 //
 // plus the Go runtime (go_*) and process (process_*) collectors.
 package metrics
@@ -76,6 +77,11 @@ var (
 		Help: "RPC calls refused because the caller's certificate role may not make them, by method and role.",
 	}, []string{"method", "role"})
 
+	aclDenied = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "volplane_acl_denied_total",
+		Help: "Requests refused because their ACL token is unknown, expired or lacks the capability, by endpoint.",
+	}, []string{"endpoint"})
+
 	queueDepthFn  atomic.Pointer[func() int]
 	pastClaimsFn  atomic.Pointer[func() map[string]int]
 	pastClaimDesc = prometheus.NewDesc("volplane_csi_past_claims",
@@ -90,6 +96,7 @@ func init() {
 		clientRPCDuration,
 		connsRefused,
 		rpcRefused,
+		aclDenied,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "volplane_volumewatcher_queue_depth",
 			Help: "Volumes waiting in the volume watcher's release queue (0 on a server that is not the leader).",
@@ -122,6 +129,13 @@ func ConnRefused(listener, reason string) { connsRefused.WithLabelValues(listene
 
 // RPCRefused counts an RPC call refused to a caller of a certificate role.
 func RPCRefused(method, role string) { rpcRefused.WithLabelValues(method, role).Inc() }
+
+// ACLDenied counts a request refused for its ACL token, by endpoint (an RPC
+// method, or an HTTP route's endpoint name).
+func ACLDenied(endpoint string) { aclDenied.WithLabelValues(endpoint).Inc() }
+
+// ACLDeniedCount is the count of ACLDenied for an endpoint so far.
+func ACLDeniedCount(endpoint string) float64 { return counterValue(aclDenied, endpoint) }
 
 // ReleaseCounts returns the attempts and failures of a release step counted
 // so far by this process (every server in it), as the release counters

@@ -72,6 +72,21 @@ var rpcAccess = map[string]roleSet{
 	"ClientCSI.ControllerValidateVolume": serverOnly,
 	"ClientCSI.ControllerCreateVolume":   serverOnly,
 	"ClientCSI.ControllerDeleteVolume":   serverOnly,
+
+	"ACL.Bootstrap":              serverOnly,
+	"ACL.UpsertPolicies":         serverOnly,
+	"ACL.DeletePolicies":         serverOnly,
+	"ACL.ListPolicies":           serverOnly,
+	"ACL.GetPolicy":              serverOnly,
+	"ACL.UpsertTokens":           serverOnly,
+	"ACL.DeleteTokens":           serverOnly,
+	"ACL.ListTokens":             serverOnly,
+	"ACL.GetToken":               serverOnly,
+	"ACL.ResolveToken":           serverOnly,
+	"Namespace.ListNamespaces":   serverOnly,
+	"Namespace.GetNamespace":     serverOnly,
+	"Namespace.UpsertNamespaces": serverOnly,
+	"Namespace.DeleteNamespaces": serverOnly,
 }
 
 // callerRole is the role of a network peer: RoleNone for a plaintext

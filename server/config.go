@@ -97,6 +97,15 @@ type Config struct {
 	// file: reusable, without expiry, never stored in Raft.
 	NodeIntroTokens []string
 
+	// ACLEnabled turns on ACL enforcement: every HTTP route and RPC
+	// endpoint then checks the caller's token (acl { enabled = true }).
+	ACLEnabled bool
+	// ACLTokenTTL and ACLPolicyTTL bound how long a resolved token and a
+	// compiled set of policies are cached (acl { token_ttl, policy_ttl };
+	// default 30s). A change to the tokens or policies in the state ends
+	// every cached entry at once, whatever its age.
+	ACLTokenTTL, ACLPolicyTTL time.Duration
+
 	// MaxGroupCount bounds a task group's count at registration (default
 	// structs.DefaultMaxGroupCount, at most structs.MaxGroupCountCeiling).
 	MaxGroupCount int

@@ -196,10 +196,18 @@ func (e *CSIVolume) Get(args *structs.CSIVolumeGetRequest, reply *structs.CSIVol
 		return structs.ErrInvalid("missing volume ID")
 	}
 	ns := args.RequestNamespace()
+	id, err := e.srv.aclIdentity(args)
+	if err != nil {
+		return err
+	}
 	return e.srv.blockingQuery(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, st *state.StateStore) (uint64, error) {
 		vol, err := st.CSIVolumeByID(ws, ns, args.ID)
 		if err != nil {
 			return 0, err
+		}
+		// A client node reads only the volumes it holds claims on.
+		if vol != nil && id != nil && id.nodeID != "" && !claimedOnNode(vol, id.nodeID) {
+			vol = nil
 		}
 		if vol == nil {
 			reply.Volume = nil
@@ -224,19 +232,23 @@ func (e *CSIVolume) List(args *structs.CSIVolumeListRequest, reply *structs.CSIV
 		return structs.ErrInvalid("per_page must be from 0 to %d, not %d", structs.MaxPerPage, args.PerPage)
 	}
 	ns := args.RequestNamespace()
+	allow, err := e.srv.namespacesShown(args, ns, volumeListCaps...)
+	if err != nil {
+		return err
+	}
 	return e.srv.blockingQuery(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, st *state.StateStore) (uint64, error) {
 		index, err := st.IndexWatch(ws, state.TableCSIVolumes, state.TableCSIPlugins)
 		if err != nil {
 			return 0, err
 		}
 		if args.NodeID != "" {
-			reply.Volumes, err = volumesOnNode(st, ns, args.Prefix, args.PluginID, args.NodeID)
+			reply.Volumes, err = volumesOnNode(st, ns, args.Prefix, args.PluginID, args.NodeID, allow)
 			reply.NextToken = ""
 			return index, err
 		}
 		// The table index rows are watched already; per-row watches would
 		// only cost memory on large lists.
-		stubs, next, err := st.CSIVolumeStubs(nil, ns, args.Prefix, args.PluginID, args.NextToken, int(args.PerPage))
+		stubs, next, err := st.CSIVolumeStubsIn(nil, ns, args.Prefix, args.PluginID, args.NextToken, int(args.PerPage), allow)
 		if err != nil {
 			return 0, err
 		}
@@ -249,8 +261,8 @@ func (e *CSIVolume) List(args *structs.CSIVolumeListRequest, reply *structs.CSIV
 }
 
 // volumesOnNode lists the volumes with a claim held or being released on a
-// node.
-func volumesOnNode(st *state.StateStore, ns, prefix, pluginID, nodeID string) ([]*structs.CSIVolListStub, error) {
+// node, of the namespaces allow accepts (nil: all).
+func volumesOnNode(st *state.StateStore, ns, prefix, pluginID, nodeID string, allow func(string) bool) ([]*structs.CSIVolListStub, error) {
 	var iter memdb.ResultIterator
 	var err error
 	if pluginID != "" {
@@ -264,7 +276,7 @@ func volumesOnNode(st *state.StateStore, ns, prefix, pluginID, nodeID string) ([
 	out := []*structs.CSIVolListStub{}
 	for raw := iter.Next(); raw != nil; raw = iter.Next() {
 		vol := raw.(*structs.CSIVolume)
-		if !claimedOnNode(vol, nodeID) {
+		if !claimedOnNode(vol, nodeID) || (allow != nil && !allow(vol.Namespace)) {
 			continue
 		}
 		full, err := st.CSIVolumeDenormalizePlugins(nil, vol)

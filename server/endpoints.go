@@ -21,7 +21,7 @@ func (s *Server) registerEndpointsOn(srv *netrpc.Server, conn *sessionConn) {
 }
 
 // endpoints are the RPC endpoints by name; every method of theirs must
-// have a row in rpcAccess.
+// have a row in rpcAccess and one in aclRules.
 func (s *Server) endpoints(conn *sessionConn) map[string]any {
 	return map[string]any{
 		"Status":    &Status{srv: s},
@@ -33,5 +33,7 @@ func (s *Server) endpoints(conn *sessionConn) map[string]any {
 		"Job":       &Job{srv: s, logger: s.logger.Named("job")},
 		"Alloc":     &Alloc{srv: s},
 		"Keyring":   &Keyring{srv: s},
+		"ACL":       &ACL{srv: s, logger: s.logger.Named("acl")},
+		"Namespace": &Namespace{srv: s},
 	}
 }

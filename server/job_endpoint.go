@@ -6,6 +6,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-memdb"
 
+	"github.com/volplane/volplane/acl"
 	"github.com/volplane/volplane/state"
 	"github.com/volplane/volplane/structs"
 )
@@ -162,10 +163,17 @@ func (e *Alloc) GetAlloc(args *structs.AllocSpecificRequest, reply *structs.Sing
 	if args.AllocID == "" {
 		return structs.ErrInvalid("missing allocation ID")
 	}
+	allow, err := e.srv.namespacesShown(args, acl.AllNamespaces, acl.NamespaceCapabilityReadJob)
+	if err != nil {
+		return err
+	}
 	return e.srv.blockingQuery(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, st *state.StateStore) (uint64, error) {
 		a, err := st.AllocByID(ws, args.AllocID)
 		if err != nil {
 			return 0, err
+		}
+		if a != nil && allow != nil && !allow(a.Namespace) {
+			a = nil
 		}
 		reply.Alloc = a
 		if a == nil {
@@ -180,6 +188,10 @@ func (e *Alloc) List(args *structs.AllocListRequest, reply *structs.AllocListRes
 	if done, err := e.srv.forward("Alloc.List", args, args, reply); done {
 		return err
 	}
+	allow, err := e.srv.namespacesShown(args, acl.AllNamespaces, acl.NamespaceCapabilityReadJob)
+	if err != nil {
+		return err
+	}
 	return e.srv.blockingQuery(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, st *state.StateStore) (uint64, error) {
 		iter, err := st.Allocs(ws)
 		if err != nil {
@@ -187,7 +199,7 @@ func (e *Alloc) List(args *structs.AllocListRequest, reply *structs.AllocListRes
 		}
 		reply.Allocations = []*structs.Allocation{}
 		for raw := iter.Next(); raw != nil; raw = iter.Next() {
-			if a := raw.(*structs.Allocation); strings.HasPrefix(a.ID, args.Prefix) {
+			if a := raw.(*structs.Allocation); strings.HasPrefix(a.ID, args.Prefix) && (allow == nil || allow(a.Namespace)) {
 				reply.Allocations = append(reply.Allocations, a)
 			}
 		}

@@ -80,6 +80,7 @@ func (s *Server) securityStatus() *structs.SecurityStatus {
 		RPCTLS:            s.tls.RPCEnabled(),
 		HTTPTLS:           s.tls.HTTPEnabled(),
 		NodeIntroRequired: s.config.NodeIntroRequired,
+		ACLEnabled:        s.config.ACLEnabled,
 	}
 	st.Open = !st.RPCTLS && !st.NodeIntroRequired
 	if !st.RPCTLS {
@@ -91,6 +92,10 @@ func (s *Server) securityStatus() *structs.SecurityStatus {
 		st.Warnings = append(st.Warnings,
 			"open node registration: any process that reaches the RPC port can register a node, receive controller and node calls with volume secrets, and claim volumes (set tls { rpc = true } or server { node_intro_required = true })")
 	}
+	if !st.ACLEnabled {
+		st.Warnings = append(st.Warnings,
+			"ACLs disabled: anyone who reaches the HTTP API can register, deregister and detach volumes, stop jobs and remove Raft peers (set acl { enabled = true } and bootstrap with `volplane acl bootstrap`)")
+	}
 	if !st.HTTPTLS {
 		st.Warnings = append(st.Warnings, "HTTP API without TLS: requests and tokens travel in clear (set tls { http = true })")
 	}
@@ -99,6 +104,9 @@ func (s *Server) securityStatus() *structs.SecurityStatus {
 
 // Security answers how this server is protected; always answered locally.
 func (e *Operator) Security(args *structs.GenericRequest, reply *structs.SecurityStatus) error {
+	if err := e.srv.authorize("Operator.Security", args, args); err != nil {
+		return err
+	}
 	*reply = *e.srv.securityStatus()
 	return nil
 }

@@ -26,7 +26,13 @@ const (
 // the request was sent to the leader (reply filled, err its outcome), and
 // handled=false when this server must serve it: a stale read, or this server
 // is the leader. While there is no leader it waits up to RPCHoldTimeout.
+// First it checks the request's ACL token (authorize): a refused request
+// is handled, with the refusal as its error.
 func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (bool, error) {
+	// Every server a request passes through checks its token.
+	if err := s.authorize(method, info, args); err != nil {
+		return true, err
+	}
 	if info.IsRead() && info.AllowStaleRead() {
 		return false, nil
 	}
@@ -91,6 +97,13 @@ func (s *Server) holdWait(attempt int) bool {
 // raftApply commits a write and returns the FSM's response and the index.
 // A response that is an error is returned as the error.
 func (s *Server) raftApply(t structs.MessageType, msg any) (any, uint64, error) {
+	// The caller's ACL token never enters the log: it was checked before,
+	// and every server's log and disk would keep it otherwise.
+	if r, ok := msg.(structs.RequestWithToken); ok && r.RequestToken() != "" {
+		token := r.RequestToken()
+		r.SetRequestToken("")
+		defer r.SetRequestToken(token)
+	}
 	buf, err := structs.Encode(t, msg)
 	if err != nil {
 		return nil, 0, structs.NewError(structs.ErrCodeInternal, "encoding %s request: %v", t, err)

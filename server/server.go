@@ -75,6 +75,8 @@ type Server struct {
 	// volumeWatcher releases past claims while this server leads.
 	volumeWatcher *volumewatcher.Watcher
 	sessions      sessionServers
+	// acls resolves request tokens when ACLs are enabled.
+	acls *aclResolver
 
 	shutdownCtx    context.Context
 	shutdownCancel context.CancelFunc
@@ -97,6 +99,7 @@ func NewServer(cfg *Config) (*Server, error) {
 		rpcServer:      netrpc.NewServer(),
 		shutdownCtx:    ctx,
 		shutdownCancel: cancel,
+		acls:           newACLResolver(cfg.ACLTokenTTL, cfg.ACLPolicyTTL),
 	}
 	ok := false
 	defer func() {
@@ -260,6 +263,7 @@ func (s *Server) setupHTTP() error {
 			Events:      func() *state.EventBroker { return s.State().Events() },
 			ShutdownCh:  s.shutdownCtx.Done(),
 			Metrics:     metrics.Handler(),
+			EventFilter: s.eventFilter,
 			BodyTimeout: s.config.HTTPBodyTimeout,
 			WritesReady: s.config.HTTPWritesReady,
 		}),

@@ -85,6 +85,9 @@ func upsertCSIVolumeTxn(txn *memdb.Txn, index uint64, vol *structs.CSIVolume) er
 	}
 
 	if existing == nil {
+		if err := namespaceExistsTxn(txn, "volume", vol.ID, vol.Namespace); err != nil {
+			return err
+		}
 		v := vol.Copy()
 		// The request may carry the claims of a volume the leader merged
 		// onto and that was deregistered since; they are not this one's.
@@ -533,6 +536,15 @@ func volumesByPluginTxn(txn *memdb.Txn, ws memdb.WatchSet, namespace, prefix, pl
 // Each plugin is read once per call, however many volumes name it, so a
 // large list costs one plugin lookup per plugin rather than per volume.
 func (s *StateStore) CSIVolumeStubs(ws memdb.WatchSet, namespace, prefix, pluginID, nextToken string, perPage int) ([]*structs.CSIVolListStub, string, error) {
+	return s.CSIVolumeStubsIn(ws, namespace, prefix, pluginID, nextToken, perPage, nil)
+}
+
+// CSIVolumeStubsIn is CSIVolumeStubs showing only the volumes of the
+// namespaces allow accepts (nil: all). The filter runs before the paging,
+// so pages stay full and a next token never names a volume the caller may
+// not see.
+func (s *StateStore) CSIVolumeStubsIn(ws memdb.WatchSet, namespace, prefix, pluginID, nextToken string, perPage int,
+	allow func(namespace string) bool) ([]*structs.CSIVolListStub, string, error) {
 	var start volumeKey
 	if nextToken != "" {
 		var ok bool
@@ -558,6 +570,9 @@ func (s *StateStore) CSIVolumeStubs(ws memdb.WatchSet, namespace, prefix, plugin
 	for raw := iter.Next(); raw != nil; raw = iter.Next() {
 		v := raw.(*structs.CSIVolume)
 		if nextToken != "" && (volumeKey{v.Namespace, v.ID}).less(start) {
+			continue
+		}
+		if allow != nil && !allow(v.Namespace) {
 			continue
 		}
 		if perPage > 0 && len(stubs) == perPage {

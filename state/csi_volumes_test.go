@@ -324,6 +324,7 @@ func TestCSIVolumeDenormalizePlugins(t *testing.T) {
 // listFixture registers volumes in two namespaces and two plugins.
 func listFixture(t *testing.T) *StateStore {
 	s := TestStateStore(t)
+	must.NoError(t, s.UpsertNamespaces(9, []*structs.Namespace{{Name: "prod"}, {Name: "a"}}))
 	must.NoError(t, s.UpsertNode(10, healthyNodePlugin("n1", "p")))
 	must.NoError(t, s.UpsertNode(11, healthyNodePlugin("n2", "q")))
 	var vols []*structs.CSIVolume

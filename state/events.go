@@ -17,6 +17,8 @@ const (
 	TopicCSIVolume = "CSIVolume"
 	TopicCSIClaim  = "CSIClaim"
 	TopicCSIPlugin = "CSIPlugin"
+	TopicACLToken  = "ACLToken"
+	TopicACLPolicy = "ACLPolicy"
 )
 
 // Event types. Volume and plugin events follow the row; claim events follow
@@ -45,7 +47,9 @@ const (
 )
 
 // Topics lists every topic in a stable order.
-func Topics() []string { return []string{TopicCSIVolume, TopicCSIClaim, TopicCSIPlugin} }
+func Topics() []string {
+	return []string{TopicCSIVolume, TopicCSIClaim, TopicCSIPlugin, TopicACLToken, TopicACLPolicy}
+}
 
 // Event is one change to the replicated state, derived from a committed
 // write. Events of one write share its Raft index and come in the order the
@@ -57,8 +61,9 @@ type Event struct {
 	Key       string
 	Namespace string
 	// Payload is, by topic: a sanitized *structs.CSIVolume (no secrets, no
-	// mount flags, no publish contexts), a *CSIClaimEvent, or a
-	// *structs.CSIPluginListStub. Payloads are shared by every subscriber
+	// mount flags, no publish contexts), a *CSIClaimEvent, a
+	// *structs.CSIPluginListStub, a *structs.ACLToken without its secret's
+	// hash, or a *structs.ACLPolicy. Payloads are shared by every subscriber
 	// and must not be changed.
 	Payload any
 }
@@ -362,6 +367,8 @@ func (s *StateStore) publishCommitted(txn *memdb.Txn) {
 			events = append(events, claimEvents(index, before, after)...)
 		case TableCSIPlugins:
 			events = append(events, pluginEvent(index, ch))
+		case TableACLTokens, TableACLPolicies:
+			events = append(events, aclEvent(index, ch))
 		}
 	}
 	s.events.publish(events, prior)

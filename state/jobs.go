@@ -61,6 +61,9 @@ func upsertJobTxn(txn *memdb.Txn, index uint64, now int64, job *structs.Job) err
 	j.ModifyIndex, j.JobModifyIndex = index, index
 	j.SubmitTime = now
 	if existing == nil {
+		if err := namespaceExistsTxn(txn, "job", j.ID, j.Namespace); err != nil {
+			return err
+		}
 		j.CreateIndex, j.Version = index, 0
 		j.Status = structs.JobStatusPending
 		return insertJobTxn(txn, j)

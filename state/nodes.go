@@ -15,7 +15,8 @@ func nodesTableSchema() *memdb.TableSchema {
 	return &memdb.TableSchema{
 		Name: TableNodes,
 		Indexes: map[string]*memdb.IndexSchema{
-			indexID: idIndex(),
+			indexID:     idIndex(),
+			indexSecret: nodeSecretIndex(),
 		},
 	}
 }

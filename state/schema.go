@@ -13,14 +13,17 @@ import (
 // Table names. The index table holds one row per other table: the Raft index
 // of that table's last change, which blocking queries wait on.
 const (
-	TableNodes      = "nodes"
-	TableCSIVolumes = "csi_volumes"
-	TableCSIPlugins = "csi_plugins"
-	TableAllocs     = "allocs"
-	TableJobs       = "jobs"
-	TableNodeIntro  = "node_intro_tokens"
-	TableRootKeys   = "root_keys"
-	TableIndex      = "index"
+	TableNodes       = "nodes"
+	TableCSIVolumes  = "csi_volumes"
+	TableCSIPlugins  = "csi_plugins"
+	TableAllocs      = "allocs"
+	TableJobs        = "jobs"
+	TableNodeIntro   = "node_intro_tokens"
+	TableRootKeys    = "root_keys"
+	TableACLPolicies = "acl_policy"
+	TableACLTokens   = "acl_token"
+	TableNamespaces  = "namespaces"
+	TableIndex       = "index"
 )
 
 // Index names. Every table has the unique index indexID; a prefix lookup on it
@@ -45,6 +48,9 @@ var schemaFuncs = []func() *memdb.TableSchema{
 	jobsTableSchema,
 	nodeIntroTableSchema,
 	rootKeysTableSchema,
+	aclPoliciesTableSchema,
+	aclTokensTableSchema,
+	namespacesTableSchema,
 }
 
 // schema returns the memdb schema of the whole store.
@@ -63,7 +69,8 @@ func schema() *memdb.DBSchema {
 // Tables returns the names of every table whose changes are tracked in the
 // index table, for callers that wait on "anything".
 func Tables() []string {
-	return []string{TableNodes, TableCSIVolumes, TableCSIPlugins, TableAllocs, TableJobs, TableNodeIntro, TableRootKeys}
+	return []string{TableNodes, TableCSIVolumes, TableCSIPlugins, TableAllocs, TableJobs, TableNodeIntro, TableRootKeys,
+		TableACLPolicies, TableACLTokens, TableNamespaces}
 }
 
 // IndexEntry is one row of the index table: the Raft index of the last change

@@ -73,8 +73,14 @@ func ErrConflict(format string, args ...any) *Error {
 
 // Sentinel errors for codes whose message says all there is to say.
 var (
-	ErrNoLeader         = &Error{Code: ErrCodeNoLeader, Message: "no cluster leader"}
-	ErrPermissionDenied = &Error{Code: ErrCodePermissionDenied, Message: "permission denied"}
+	ErrNoLeader = &Error{Code: ErrCodeNoLeader, Message: "no cluster leader"}
+	// ErrPermissionDenied is a token's lack of a capability, in Nomad's
+	// words, which are also the whole body of the HTTP 403.
+	ErrPermissionDenied = &Error{Code: ErrCodePermissionDenied, Message: "Permission denied"}
+	// ErrTokenNotFound and ErrTokenExpired are a token that does not
+	// resolve: unknown (or malformed), or past its expiration time.
+	ErrTokenNotFound = &Error{Code: ErrCodePermissionDenied, Message: "ACL token not found"}
+	ErrTokenExpired  = &Error{Code: ErrCodePermissionDenied, Message: "ACL token expired"}
 )
 
 // CodeOf returns the code of err: the code of the first *Error in its chain,

@@ -29,6 +29,13 @@ const (
 	NodeIntroDeleteRequestType     MessageType = 11
 	RootKeyUpsertRequestType       MessageType = 12
 	CSIVolumeResealRequestType     MessageType = 13
+	ACLPolicyUpsertRequestType     MessageType = 14
+	ACLPolicyDeleteRequestType     MessageType = 15
+	ACLTokenUpsertRequestType      MessageType = 16
+	ACLTokenDeleteRequestType      MessageType = 17
+	ACLTokenBootstrapRequestType   MessageType = 18
+	NamespaceUpsertRequestType     MessageType = 19
+	NamespaceDeleteRequestType     MessageType = 20
 )
 
 // IgnoreUnknownTypeFlag may be set on a message type by a newer server for an
@@ -51,6 +58,13 @@ var messageTypeNames = map[MessageType]string{
 	NodeIntroDeleteRequestType:     "NodeIntroDelete",
 	RootKeyUpsertRequestType:       "RootKeyUpsert",
 	CSIVolumeResealRequestType:     "CSIVolumeReseal",
+	ACLPolicyUpsertRequestType:     "ACLPolicyUpsert",
+	ACLPolicyDeleteRequestType:     "ACLPolicyDelete",
+	ACLTokenUpsertRequestType:      "ACLTokenUpsert",
+	ACLTokenDeleteRequestType:      "ACLTokenDelete",
+	ACLTokenBootstrapRequestType:   "ACLTokenBootstrap",
+	NamespaceUpsertRequestType:     "NamespaceUpsert",
+	NamespaceDeleteRequestType:     "NamespaceDelete",
 }
 
 // MessageTypes returns every defined message type, for tests that check each
@@ -83,6 +97,9 @@ const (
 	JobSnapshot       SnapshotType = 5
 	NodeIntroSnapshot SnapshotType = 6
 	RootKeySnapshot   SnapshotType = 7
+	ACLPolicySnapshot SnapshotType = 8
+	ACLTokenSnapshot  SnapshotType = 9
+	NamespaceSnapshot SnapshotType = 10
 )
 
 var snapshotTypeNames = map[SnapshotType]string{
@@ -94,6 +111,9 @@ var snapshotTypeNames = map[SnapshotType]string{
 	JobSnapshot:       "Job",
 	NodeIntroSnapshot: "NodeIntroToken",
 	RootKeySnapshot:   "RootKey",
+	ACLPolicySnapshot: "ACLPolicy",
+	ACLTokenSnapshot:  "ACLToken",
+	NamespaceSnapshot: "Namespace",
 }
 
 // SnapshotTypes returns every defined snapshot record type.

@@ -40,6 +40,13 @@ func TestMessageTypes_Named(t *testing.T) {
 		"NodeIntroDelete":     11,
 		"RootKeyUpsert":       12,
 		"CSIVolumeReseal":     13,
+		"ACLPolicyUpsert":     14,
+		"ACLPolicyDelete":     15,
+		"ACLTokenUpsert":      16,
+		"ACLTokenDelete":      17,
+		"ACLTokenBootstrap":   18,
+		"NamespaceUpsert":     19,
+		"NamespaceDelete":     20,
 	}, seen)
 }
 
@@ -56,6 +63,7 @@ func TestSnapshotTypes_Named(t *testing.T) {
 	must.Eq(t, "SnapshotType(77)", SnapshotType(77).String())
 	must.Eq(t, map[string]SnapshotType{
 		"Index": 0, "Node": 1, "CSIVolume": 2, "CSIPlugin": 3, "Alloc": 4, "Job": 5, "NodeIntroToken": 6, "RootKey": 7,
+		"ACLPolicy": 8, "ACLToken": 9, "Namespace": 10,
 	}, seen)
 }
 

@@ -135,6 +135,8 @@ type SecurityStatus struct {
 	RPCTLS            bool
 	HTTPTLS           bool
 	NodeIntroRequired bool
+	// ACLEnabled is whether requests need an ACL token that allows them.
+	ACLEnabled bool
 	// Open is true when anything that reaches the RPC port can register a
 	// node (no TLS and no introduction required).
 	Open bool

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/volplane/volplane/state"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -42,7 +43,9 @@ type streamEnd struct {
 // server ends it (shutdown, a snapshot restore replacing the state, or a
 // client too slow to keep up) its last line is {"Error":"..."}, after which
 // the client should subscribe again, with index set to the last index it
-// received.
+// received. With ACLs on, the subscription's token is checked first (a 403
+// as any route's), and each event goes only to a token that may read its
+// object; a token deleted or expired meanwhile ends the stream.
 func (h *handler) eventStream(w http.ResponseWriter, r *http.Request) {
 	if h.events == nil {
 		h.writeError(w, r, structs.ErrNotFound("the event stream is not enabled on this agent"))
@@ -57,6 +60,16 @@ func (h *handler) eventStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		from = n
+	}
+	// The token is checked before anything is subscribed; then each event
+	// goes only to a token that may read its object.
+	var allow func(state.Event) (bool, error)
+	if h.eventFilter != nil {
+		var err error
+		if allow, err = h.eventFilter(r.Header.Get(headerToken)); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
 	}
 	broker := h.events()
 	if broker == nil {
@@ -106,6 +119,18 @@ func (h *handler) eventStream(w http.ResponseWriter, r *http.Request) {
 		ev, err := sub.Next(next)
 		cancelNext()
 		var line any = ev
+		if allow != nil && (err == nil || errors.Is(err, context.DeadlineExceeded)) {
+			// A heartbeat checks the token too, so a deleted or expired
+			// token's stream ends even when nothing happens.
+			ok, aerr := allow(ev)
+			if aerr != nil {
+				send(streamEnd{Error: "event stream ended: " + structs.MessageOf(aerr)})
+				return
+			}
+			if !ok && err == nil {
+				continue
+			}
+		}
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:

@@ -40,6 +40,20 @@
 //	GET         /v1/operator/keyring/keys                     the root keys (never their material)
 //	GET         /v1/event/stream[?topic=&index=]              newline-delimited JSON events of this server's state (see eventStream)
 //	GET         /v1/metrics                                   Prometheus text format
+//	PUT, POST   /v1/acl/bootstrap                             create the first management token (body {"BootstrapSecret"} optional)
+//	GET         /v1/acl/policies                              bare JSON array of policy stubs the token may see
+//	GET, PUT, POST, DELETE /v1/acl/policy/:name               one ACL policy; body {"Name","Description","Rules"}
+//	GET         /v1/acl/tokens                                bare JSON array of token stubs (management)
+//	PUT, POST   /v1/acl/token                                 create a token; the answer carries its SecretID, this once
+//	GET         /v1/acl/token/self                            the caller's own token
+//	GET, PUT, POST, DELETE /v1/acl/token/:accessor            one ACL token (never its secret)
+//	GET         /v1/namespaces                                bare JSON array of the namespaces the token may see
+//	PUT, POST   /v1/namespace[/:name]                         create or update a namespace; body {"Name","Description","Meta"}
+//	GET, DELETE /v1/namespace/:name                           one namespace
+//
+// With ACLs enabled every route's endpoint (routeEndpoints) is checked
+// against the caller's token by the servers; a refusal is a 403 whose body
+// is "Permission denied" (or "ACL token not found", "ACL token expired").
 //
 // Reads take index, wait, stale, namespace, region, prefix, per_page and
 // next_token, and answer with X-Nomad-Index, X-Nomad-KnownLeader,
@@ -53,6 +67,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -90,6 +105,10 @@ type Config struct {
 	ShutdownCh <-chan struct{}
 	// Metrics serves GET /v1/metrics; nil disables it (404).
 	Metrics http.Handler
+	// EventFilter, when set (ACLs on), checks the token of an event stream
+	// subscription and returns which events it may see; the returned
+	// function's error ends the stream (the token was deleted or expired).
+	EventFilter func(token string) (func(ev state.Event) (bool, error), error)
 	// BodyTimeout bounds the reading of one request body, so a body sent a
 	// byte at a time cannot hold a connection and a handler forever; 0
 	// means DefaultBodyTimeout.
@@ -138,6 +157,10 @@ type handler struct {
 
 	writesReady        <-chan struct{}
 	writesReadyTimeout time.Duration
+
+	eventFilter func(token string) (func(ev state.Event) (bool, error), error)
+	// patterns are the routes, as registered, for Routes.
+	patterns []string
 }
 
 // NewHandler returns the HTTP API served over cfg.Backend. It panics when
@@ -160,6 +183,7 @@ func NewHandler(cfg Config) http.Handler {
 
 		writesReady:        cfg.WritesReady,
 		writesReadyTimeout: cfg.WritesReadyTimeout,
+		eventFilter:        cfg.EventFilter,
 	}
 	if h.logger == nil {
 		h.logger = hclog.NewNullLogger()
@@ -227,15 +251,25 @@ func (h *handler) routes() {
 		"POST /v1/operator/keyring/rotate":          h.keyringRotate,
 		"GET /v1/operator/keyring/keys":             h.keyringList,
 	} {
-		h.mux.HandleFunc(pattern, h.wrap(fn))
+		h.handle(pattern, h.wrap(fn))
+	}
+	for pattern, fn := range h.aclRoutes() {
+		h.handle(pattern, h.wrap(fn))
 	}
 	// Routes that write their own answer: a stream, and a foreign format.
 	for pattern, fn := range map[string]http.HandlerFunc{
 		"GET /v1/event/stream": h.eventStream,
 		"GET /v1/metrics":      h.metrics,
 	} {
-		h.mux.HandleFunc(pattern, fn)
+		h.handle(pattern, fn)
 	}
+	slices.Sort(h.patterns)
+}
+
+// handle registers one route and records its pattern.
+func (h *handler) handle(pattern string, fn http.HandlerFunc) {
+	h.mux.HandleFunc(pattern, fn)
+	h.patterns = append(h.patterns, pattern)
 }
 
 // ServeHTTP logs every request at debug level: method, path, status and
