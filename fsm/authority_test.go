@@ -144,6 +144,12 @@ func refusedEntries() map[string]struct {
 				CSINodePlugins: map[string]*structs.CSIInfo{"p": nil}}}, structs.ErrCodeInvalid},
 		"node deregister of an unknown node": {entry{structs.NodeDeregisterRequestType,
 			&structs.NodeDeregisterRequest{NodeIDs: []string{"n1", "nope"}}}, structs.ErrCodeNotFound},
+		"node gc of a ready node": {entry{structs.NodeGCRequestType,
+			&structs.NodeGCRequest{NodeIDs: []string{"n2"}, Timestamp: 99}}, structs.ErrCodeConflict},
+		"node gc of nothing": {entry{structs.NodeGCRequestType, &structs.NodeGCRequest{}}, structs.ErrCodeInvalid},
+		"plugin gc of a plugin nodes run": {entry{structs.CSIPluginGCRequestType,
+			&structs.CSIPluginGCRequest{PluginIDs: []string{"gone", "p"}}}, structs.ErrCodeConflict},
+		"plugin gc of nothing": {entry{structs.CSIPluginGCRequestType, &structs.CSIPluginGCRequest{}}, structs.ErrCodeInvalid},
 	}
 }
 
@@ -291,6 +297,10 @@ func newRequest(mt structs.MessageType) any {
 		return &structs.RootKeyUpsertRequest{}
 	case structs.CSIVolumeResealRequestType:
 		return &structs.CSIVolumeResealRequest{}
+	case structs.NodeGCRequestType:
+		return &structs.NodeGCRequest{}
+	case structs.CSIPluginGCRequestType:
+		return &structs.CSIPluginGCRequest{}
 	}
 	return nil
 }

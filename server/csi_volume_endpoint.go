@@ -143,7 +143,7 @@ func (e *CSIVolume) validateInPlugin(vol *structs.CSIVolume) error {
 // clearDerived zeroes the fields that are computed on read, so they never
 // reach the log.
 func clearDerived(v *structs.CSIVolume) {
-	v.Schedulable = false
+	v.Schedulable, v.UnschedulableReason = false, ""
 	v.ControllerRequired = false
 	v.ControllersHealthy, v.ControllersExpected = 0, 0
 	v.NodesHealthy, v.NodesExpected = 0, 0

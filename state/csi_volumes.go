@@ -176,6 +176,7 @@ func volumesEqual(a, b *structs.CSIVolume) bool {
 // pluginHealth is what a volume reads from its plugin.
 type pluginHealth struct {
 	schedulable         bool
+	reason              string
 	controllerRequired  bool
 	controllersHealthy  int
 	controllersExpected int
@@ -189,8 +190,10 @@ func healthOf(p *structs.CSIPlugin) pluginHealth {
 	if p == nil {
 		return pluginHealth{}
 	}
+	reason := p.UnschedulableReason()
 	return pluginHealth{
-		schedulable:         p.NodesHealthy > 0 && (!p.ControllerRequired || p.ControllersHealthy > 0),
+		schedulable:         reason == "",
+		reason:              reason,
 		controllerRequired:  p.ControllerRequired,
 		controllersHealthy:  p.ControllersHealthy,
 		controllersExpected: p.ControllersExpected,
@@ -205,6 +208,7 @@ func setVolumeHealth(v *structs.CSIVolume, p *structs.CSIPlugin) { healthOf(p).s
 // setOn sets a volume's derived fields.
 func (h pluginHealth) setOn(v *structs.CSIVolume) {
 	v.Schedulable = h.schedulable
+	v.UnschedulableReason = h.reason
 	v.ControllerRequired = h.controllerRequired
 	v.ControllersHealthy, v.ControllersExpected = h.controllersHealthy, h.controllersExpected
 	v.NodesHealthy, v.NodesExpected = h.nodesHealthy, h.nodesExpected
@@ -212,6 +216,7 @@ func (h pluginHealth) setOn(v *structs.CSIVolume) {
 
 func setStubHealth(s *structs.CSIVolListStub, h pluginHealth) {
 	s.Schedulable = h.schedulable
+	s.UnschedulableReason = h.reason
 	s.ControllerRequired = h.controllerRequired
 	s.ControllersHealthy, s.ControllersExpected = h.controllersHealthy, h.controllersExpected
 	s.NodesHealthy, s.NodesExpected = h.nodesHealthy, h.nodesExpected

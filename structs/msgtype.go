@@ -29,6 +29,8 @@ const (
 	NodeIntroDeleteRequestType     MessageType = 11
 	RootKeyUpsertRequestType       MessageType = 12
 	CSIVolumeResealRequestType     MessageType = 13
+	NodeGCRequestType              MessageType = 14
+	CSIPluginGCRequestType         MessageType = 15
 )
 
 // IgnoreUnknownTypeFlag may be set on a message type by a newer server for an
@@ -51,6 +53,8 @@ var messageTypeNames = map[MessageType]string{
 	NodeIntroDeleteRequestType:     "NodeIntroDelete",
 	RootKeyUpsertRequestType:       "RootKeyUpsert",
 	CSIVolumeResealRequestType:     "CSIVolumeReseal",
+	NodeGCRequestType:              "NodeGC",
+	CSIPluginGCRequestType:         "CSIPluginGC",
 }
 
 // MessageTypes returns every defined message type, for tests that check each

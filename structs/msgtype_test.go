@@ -40,6 +40,8 @@ func TestMessageTypes_Named(t *testing.T) {
 		"NodeIntroDelete":     11,
 		"RootKeyUpsert":       12,
 		"CSIVolumeReseal":     13,
+		"NodeGC":              14,
+		"CSIPluginGC":         15,
 	}, seen)
 }
 
