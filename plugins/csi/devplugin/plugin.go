@@ -66,8 +66,8 @@ type Plugin struct {
 	socket string
 	// disabled are the capabilities of Config.Disable.
 	disabled map[string]bool
-	store  *store
-	logger hclog.Logger
+	store    *store
+	logger   hclog.Logger
 
 	// stopCtx ends hanging faults when the plugin stops.
 	stopCtx context.Context
@@ -125,8 +125,8 @@ func New(cfg Config) (*Plugin, error) {
 		cfg:      cfg,
 		socket:   socket,
 		disabled: disabled,
-		store:  &store{dir: dir},
-		logger: cfg.Logger.Named("devplugin").With("node_id", cfg.NodeID),
+		store:    &store{dir: dir},
+		logger:   cfg.Logger.Named("devplugin").With("node_id", cfg.NodeID),
 	}
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	if err := p.store.view(func(*state) error { return nil }); err != nil {
