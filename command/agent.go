@@ -343,6 +343,9 @@ func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, f
 	if d, _ := positiveDuration(a.Server.NodeGracePeriod); d > 0 {
 		cfg.NodeGracePeriod = d
 	}
+	if d, _ := positiveDuration(a.Server.NodeGCThreshold); d > 0 {
+		cfg.NodeGCThreshold = d
+	}
 	if dev {
 		cfg.DevMode = true
 		if cfg.NodeName == "" {

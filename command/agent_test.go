@@ -97,6 +97,7 @@ server {
   bootstrap_expect  = 1
   heartbeat_ttl     = "2s"
   node_grace_period = "1500ms"
+  node_gc_threshold = "30m"
 }
 `), 0o600))
 	cfg, _, err := c.parse([]string{"-config", file})
@@ -105,6 +106,7 @@ server {
 	must.NoError(t, err)
 	must.Eq(t, 2*time.Second, srv.HeartbeatTTL)
 	must.Eq(t, 1500*time.Millisecond, srv.NodeGracePeriod)
+	must.Eq(t, 30*time.Minute, srv.NodeGCThreshold)
 
 	// Unset, the server's production defaults stay.
 	cfg, _, err = c.parse([]string{"-server", "-bootstrap-expect", "1", "-data-dir", "/var/lib/volplane"})
@@ -114,6 +116,8 @@ server {
 	def := server.DefaultConfig()
 	must.Eq(t, def.HeartbeatTTL, srv.HeartbeatTTL)
 	must.Eq(t, def.NodeGracePeriod, srv.NodeGracePeriod)
+	must.Eq(t, 24*time.Hour, def.NodeGCThreshold, must.Sprint("Nomad's default"))
+	must.Eq(t, def.NodeGCThreshold, srv.NodeGCThreshold)
 }
 
 func TestAgentConfig_Errors(t *testing.T) {
@@ -131,6 +135,7 @@ func TestAgentConfig_Errors(t *testing.T) {
 		{"bad ttl", `server { heartbeat_ttl = "soon" }`, `server.heartbeat_ttl "soon"`},
 		{"zero ttl", `server { heartbeat_ttl = "0s" }`, `server.heartbeat_ttl "0s": must be a positive duration`},
 		{"negative grace", `server { node_grace_period = "-1s" }`, `server.node_grace_period "-1s": must be a positive duration`},
+		{"bad gc threshold", `server { node_gc_threshold = "a day" }`, `server.node_gc_threshold "a day"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

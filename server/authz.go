@@ -57,6 +57,11 @@ var rpcAccess = map[string]roleSet{
 	"CSIVolume.Create":                   serverOnly,
 	"CSIVolume.Delete":                   serverOnly,
 	"CSIVolume.Detach":                   serverOnly,
+	"CSIVolume.CreateSnapshot":           serverOnly,
+	"CSIVolume.DeleteSnapshot":           serverOnly,
+	"CSIVolume.ListSnapshots":            serverOnly,
+	"CSIVolume.ListExternal":             serverOnly,
+	"System.GarbageCollect":              serverOnly,
 	"CSIPlugin.List":                     serverOnly,
 	"CSIPlugin.Get":                      serverOnly,
 	"Job.Register":                       serverOnly,
@@ -72,6 +77,12 @@ var rpcAccess = map[string]roleSet{
 	"ClientCSI.ControllerValidateVolume": serverOnly,
 	"ClientCSI.ControllerCreateVolume":   serverOnly,
 	"ClientCSI.ControllerDeleteVolume":   serverOnly,
+	"ClientCSI.ControllerCreateSnapshot": serverOnly,
+	"ClientCSI.ControllerDeleteSnapshot": serverOnly,
+	"ClientCSI.ControllerListSnapshots":  serverOnly,
+	"ClientCSI.ControllerListVolumes":    serverOnly,
+	"ClientCSI.ControllerExpandVolume":   serverOnly,
+	"ClientCSI.NodeExpandVolume":         serverOnly,
 }
 
 // callerRole is the role of a network peer: RoleNone for a plaintext

@@ -33,5 +33,6 @@ func (s *Server) endpoints(conn *sessionConn) map[string]any {
 		"Job":       &Job{srv: s, logger: s.logger.Named("job")},
 		"Alloc":     &Alloc{srv: s},
 		"Keyring":   &Keyring{srv: s},
+		"System":    &System{srv: s},
 	}
 }

@@ -25,6 +25,11 @@ type CSIPluginGCRequest struct {
 	WriteRequest
 }
 
+// GCRequest asks the leader to run the garbage collection now.
+type GCRequest struct {
+	WriteRequest
+}
+
 // GCResponse says what a garbage collection removed, and what it had to
 // leave.
 type GCResponse struct {
