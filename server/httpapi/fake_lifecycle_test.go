@@ -41,6 +41,9 @@ func (f *fakeBackend) lifecycleRPC(method string, args, reply any) error {
 		}
 	case "CSIVolume.ListSnapshots":
 		a, r := args.(*structs.CSISnapshotListRequest), reply.(*structs.CSISnapshotListResponse)
+		if f.plugins[a.PluginID] == nil {
+			return structs.ErrNotFound("no CSI plugin named %q could be found", a.PluginID)
+		}
 		var all []*structs.CSISnapshot
 		for _, s := range f.snapshots {
 			if s.PluginID == a.PluginID {
