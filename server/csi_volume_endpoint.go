@@ -91,6 +91,15 @@ func (e *CSIVolume) prepareRegister(snap *state.StateSnapshot, in *structs.CSIVo
 			"volume %q: plugin %q requires a controller and has no healthy controllers", vol.ID, vol.PluginID)
 	}
 	vol.Provider, vol.ProviderVersion = plugin.Provider, plugin.Version
+	existing, err := snap.CSIVolumeByID(nil, vol.Namespace, vol.ID)
+	if err != nil {
+		return nil, "", err
+	}
+	if existing != nil && vol.ExternalID == "" {
+		// An update that leaves the external ID out means the registered
+		// one (it cannot change): validate that one, not the volume ID.
+		vol.ExternalID = existing.ExternalID
+	}
 	if plugin.ControllerRequired {
 		// The storage provider must know the volume and support its
 		// capabilities before volplane promises them to workloads.
@@ -99,10 +108,6 @@ func (e *CSIVolume) prepareRegister(snap *state.StateSnapshot, in *structs.CSIVo
 		}
 	}
 
-	existing, err := snap.CSIVolumeByID(nil, vol.Namespace, vol.ID)
-	if err != nil {
-		return nil, "", err
-	}
 	// Sealed before the merge, keeping the stored sealed values whose
 	// plaintext is unchanged: the merge's "mount options in use" rule
 	// compares them, and so does the FSM.

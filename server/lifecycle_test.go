@@ -234,12 +234,16 @@ func TestCSIVolume_ExpandOnRegister(t *testing.T) {
 	must.StrContains(t, err.Error(), "EXPAND_VOLUME")
 	must.Zero(t, getVolume(t, s, "bare-vol", false).RequestedCapacityMin, must.Sprint("a refused expansion stores nothing"))
 
-	// Create of a volume that exists expands it as register does.
+	// Create of a volume that exists expands it as register does; a spec
+	// without the external ID means the registered one, which is the one
+	// validated.
 	bigger := update.Copy()
+	bigger.ExternalID = ""
 	bigger.RequestedCapacityMin, bigger.RequestedCapacityMax = 3<<30, 4<<30
 	must.NoError(t, s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{bigger}},
 		&structs.CSIVolumeCreateResponse{}))
 	must.Eq(t, int64(3<<30), getVolume(t, s, "grow", false).Capacity)
+	must.SliceNotContains(t, ep.callsWith("validate:"), "validate:grow")
 }
 
 // TestCSIVolume_ExpandInUse: a volume in use is not expanded by a plugin
