@@ -114,3 +114,33 @@ func TestClient_Expand(t *testing.T) {
 	_, err = h.client.NodeExpandVolume(h.ctx, &NodeExpandRequest{ExternalID: "ext-1", CapacityMin: 1, VolumePath: "relative"})
 	must.Error(t, err)
 }
+
+// TestPluginCapabilities_VolumeExpansion: the plugin's VolumeExpansion
+// capability is read, online winning over offline, and reaches the
+// controller's fingerprint.
+func TestPluginCapabilities_VolumeExpansion(t *testing.T) {
+	expansion := func(typ csipb.PluginCapability_VolumeExpansion_Type) *csipb.PluginCapability {
+		return &csipb.PluginCapability{Type: &csipb.PluginCapability_VolumeExpansion_{
+			VolumeExpansion: &csipb.PluginCapability_VolumeExpansion{Type: typ}}}
+	}
+	service := &csipb.PluginCapability{Type: &csipb.PluginCapability_Service_{
+		Service: &csipb.PluginCapability_Service{Type: csipb.PluginCapability_Service_CONTROLLER_SERVICE}}}
+	for _, tc := range []struct {
+		caps []*csipb.PluginCapability
+		want string
+	}{
+		{[]*csipb.PluginCapability{service}, ""},
+		{[]*csipb.PluginCapability{service, expansion(csipb.PluginCapability_VolumeExpansion_OFFLINE)}, structs.CSIVolumeExpansionOffline},
+		{[]*csipb.PluginCapability{expansion(csipb.PluginCapability_VolumeExpansion_ONLINE), service,
+			expansion(csipb.PluginCapability_VolumeExpansion_OFFLINE)}, structs.CSIVolumeExpansionOnline},
+	} {
+		h := newHarness(t)
+		h.identity.EXPECT().GetPluginInfo(gomock.Any(), gomock.Any()).Return(&csipb.GetPluginInfoResponse{Name: "x", VendorVersion: "1"}, nil)
+		h.identity.EXPECT().GetPluginCapabilities(gomock.Any(), gomock.Any()).Return(&csipb.GetPluginCapabilitiesResponse{Capabilities: tc.caps}, nil)
+		h.identity.EXPECT().Probe(gomock.Any(), gomock.Any()).Return(&csipb.ProbeResponse{}, nil)
+		h.controller.EXPECT().ControllerGetCapabilities(gomock.Any(), gomock.Any()).Return(&csipb.ControllerGetCapabilitiesResponse{}, nil)
+		ctrl, _, err := h.client.Fingerprint(h.ctx, "p", structs.CSIPluginTypeController)
+		must.NoError(t, err)
+		must.Eq(t, tc.want, ctrl.ControllerInfo.VolumeExpansion)
+	}
+}
