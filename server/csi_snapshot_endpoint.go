@@ -166,32 +166,26 @@ func (e *CSIVolume) ListSnapshots(args *structs.CSISnapshotListRequest, reply *s
 	if done, err := e.srv.forward("CSIVolume.ListSnapshots", args, args, reply); done {
 		return err
 	}
-	plugin, st, err := e.listingPlugin(args.PluginID, args.PerPage, structs.CSIControllerListSnapshots, "list snapshots")
+	page, err := listPage(e, args.PluginID, args.RequestNamespace(), &args.QueryOptions, structs.CSIControllerListSnapshots, "list snapshots",
+		func(ctx context.Context, pluginID string) ([]*structs.CSISnapshot, string, error) {
+			resp, err := e.srv.clientRPC.ControllerListSnapshots(ctx, &structs.ClientCSIControllerListSnapshotsRequest{
+				PluginID: pluginID, MaxEntries: args.PerPage, StartingToken: args.NextToken, Secrets: args.Secrets,
+			})
+			if err != nil {
+				return nil, "", err
+			}
+			return resp.Entries, resp.NextToken, nil
+		},
+		func(s *structs.CSISnapshot, pluginID string, registered map[string]*structs.CSIVolume) {
+			if v := registered[s.ExternalSourceVolumeID]; v != nil {
+				s.SourceVolumeID = v.ID
+			}
+			s.PluginID = pluginID
+		})
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.ClientRPCTimeout)
-	defer cancel()
-	resp, err := e.srv.clientRPC.ControllerListSnapshots(ctx, &structs.ClientCSIControllerListSnapshotsRequest{
-		PluginID: plugin.ID, MaxEntries: args.PerPage, StartingToken: args.NextToken, Secrets: args.Secrets,
-	})
-	if err != nil {
-		return structs.Wrap(err, "listing the snapshots of plugin %q", plugin.ID)
-	}
-	registered, index, err := registeredByRemoteID(st, args.RequestNamespace(), plugin.ID)
-	if err != nil {
-		return err
-	}
-	reply.Snapshots = []*structs.CSISnapshot{}
-	for _, s := range truncate(resp.Entries, args.PerPage) {
-		if v := registered[s.ExternalSourceVolumeID]; v != nil {
-			s.SourceVolumeID = v.ID
-		}
-		s.PluginID = plugin.ID
-		reply.Snapshots = append(reply.Snapshots, s)
-	}
-	reply.Index, reply.NextToken = index, resp.NextToken
-	e.srv.setQueryMeta(&reply.QueryMeta)
+	reply.Snapshots, reply.QueryMeta = page.entries, page.meta
 	return nil
 }
 
@@ -202,32 +196,63 @@ func (e *CSIVolume) ListExternal(args *structs.CSIVolumeExternalListRequest, rep
 	if done, err := e.srv.forward("CSIVolume.ListExternal", args, args, reply); done {
 		return err
 	}
-	plugin, st, err := e.listingPlugin(args.PluginID, args.PerPage, structs.CSIControllerListVolumes, "list its volumes")
+	page, err := listPage(e, args.PluginID, args.RequestNamespace(), &args.QueryOptions, structs.CSIControllerListVolumes, "list its volumes",
+		func(ctx context.Context, pluginID string) ([]*structs.CSIVolumeExternalStub, string, error) {
+			resp, err := e.srv.clientRPC.ControllerListVolumes(ctx, &structs.ClientCSIControllerListVolumesRequest{
+				PluginID: pluginID, MaxEntries: args.PerPage, StartingToken: args.NextToken,
+			})
+			if err != nil {
+				return nil, "", err
+			}
+			return resp.Entries, resp.NextToken, nil
+		},
+		func(v *structs.CSIVolumeExternalStub, _ string, registered map[string]*structs.CSIVolume) {
+			if r := registered[v.ExternalID]; r != nil {
+				v.VolumeID, v.Namespace = r.ID, r.Namespace
+			}
+		})
 	if err != nil {
 		return err
+	}
+	reply.Volumes, reply.QueryMeta = page.entries, page.meta
+	return nil
+}
+
+// listed is one page of a listing and its query metadata.
+type listed[T any] struct {
+	entries []T
+	meta    structs.QueryMeta
+}
+
+// listPage runs a listing: it checks the arguments and the plugin's
+// capability, asks a controller for the page (call), keeps at most
+// per_page entries, and has mark name the registered volume of each (by
+// external ID, in the namespace, or all of them with "*").
+func listPage[T any](e *CSIVolume, pluginID, ns string, q *structs.QueryOptions, need structs.CSIControllerCapability, what string,
+	call func(ctx context.Context, pluginID string) ([]T, string, error),
+	mark func(entry T, pluginID string, registered map[string]*structs.CSIVolume)) (*listed[T], error) {
+	plugin, st, err := e.listingPlugin(pluginID, q.PerPage, need, what)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.ClientRPCTimeout)
 	defer cancel()
-	resp, err := e.srv.clientRPC.ControllerListVolumes(ctx, &structs.ClientCSIControllerListVolumesRequest{
-		PluginID: plugin.ID, MaxEntries: args.PerPage, StartingToken: args.NextToken,
-	})
+	entries, next, err := call(ctx, plugin.ID)
 	if err != nil {
-		return structs.Wrap(err, "listing the volumes of plugin %q", plugin.ID)
+		return nil, structs.Wrap(err, "plugin %q: %s", plugin.ID, what)
 	}
-	registered, index, err := registeredByRemoteID(st, args.RequestNamespace(), plugin.ID)
+	registered, index, err := registeredByRemoteID(st, ns, plugin.ID)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	reply.Volumes = []*structs.CSIVolumeExternalStub{}
-	for _, v := range truncate(resp.Entries, args.PerPage) {
-		if r := registered[v.ExternalID]; r != nil {
-			v.VolumeID, v.Namespace = r.ID, r.Namespace
-		}
-		reply.Volumes = append(reply.Volumes, v)
+	out := &listed[T]{entries: make([]T, 0, len(entries))}
+	for _, entry := range truncate(entries, q.PerPage) {
+		mark(entry, plugin.ID, registered)
+		out.entries = append(out.entries, entry)
 	}
-	reply.Index, reply.NextToken = index, resp.NextToken
-	e.srv.setQueryMeta(&reply.QueryMeta)
-	return nil
+	out.meta.Index, out.meta.NextToken = index, next
+	e.srv.setQueryMeta(&out.meta)
+	return out, nil
 }
 
 // listingPlugin checks a listing's arguments and returns its plugin, which

@@ -108,19 +108,19 @@ func (p *Plugin) disabledCall(method string) error {
 }
 
 func (p *Plugin) controllerCapabilities() []csi.ControllerServiceCapability_RPC_Type {
-	var out []csi.ControllerServiceCapability_RPC_Type
-	for _, t := range controllerRPCs {
-		if p.has(prefixController + t.String()) {
-			out = append(out, t)
-		}
-	}
-	return out
+	return enabled(p, prefixController, controllerRPCs)
 }
 
 func (p *Plugin) nodeCapabilities() []csi.NodeServiceCapability_RPC_Type {
-	var out []csi.NodeServiceCapability_RPC_Type
-	for _, t := range nodeRPCs {
-		if p.has(prefixNode + t.String()) {
+	return enabled(p, prefixNode, nodeRPCs)
+}
+
+// enabled are the capabilities of all (named prefix + their CSI name) that
+// this instance has.
+func enabled[T fmt.Stringer](p *Plugin, prefix string, all []T) []T {
+	var out []T
+	for _, t := range all {
+		if p.has(prefix + t.String()) {
 			out = append(out, t)
 		}
 	}
