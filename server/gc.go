@@ -125,8 +125,8 @@ func (s *Server) collectGarbage(ctx context.Context, force bool) (*structs.GCRes
 }
 
 // gcNodes removes nodes in one entry; when the FSM refuses it (a node came
-// back or was claimed since it was checked), each node is tried alone, so
-// one node does not keep the others.
+// back, was claimed or was removed since it was checked), each node is
+// tried alone, so one node does not keep the others.
 func (s *Server) gcNodes(ctx context.Context, res *structs.GCResponse, ids []string, threshold time.Duration, now time.Time) error {
 	apply := func(ids []string) error {
 		_, index, err := s.raftApply(structs.NodeGCRequestType, &structs.NodeGCRequest{
@@ -140,19 +140,27 @@ func (s *Server) gcNodes(ctx context.Context, res *structs.GCResponse, ids []str
 		}
 		return nil
 	}
+	// Refused because a node changed in between: back, claimed, or
+	// collected by a run of `system gc` at the same time.
+	changed := func(err error) bool {
+		code := structs.CodeOf(err)
+		return code == structs.ErrCodeConflict || code == structs.ErrCodeNotFound
+	}
 	err := apply(ids)
-	if err == nil || len(ids) == 1 || structs.CodeOf(err) != structs.ErrCodeConflict {
+	if err == nil || !changed(err) {
 		return err
 	}
 	for _, id := range ids {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err := apply([]string{id}); err != nil {
-			if structs.CodeOf(err) != structs.ErrCodeConflict {
-				return err
-			}
+		err := apply([]string{id})
+		switch {
+		case err == nil:
+		case structs.CodeOf(err) == structs.ErrCodeConflict:
 			res.Waiting = append(res.Waiting, structs.MessageOf(err))
+		case structs.CodeOf(err) != structs.ErrCodeNotFound:
+			return err
 		}
 	}
 	return nil
