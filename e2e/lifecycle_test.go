@@ -105,6 +105,9 @@ func TestE2E_StorageLifecycle(t *testing.T) {
 	e.stopJob(t, s, "reader")
 
 	e.testNodeGC(t, s)
+	// The snapshot's secret, and the volumes', are in no log and in none
+	// of the storage system's files.
+	e.checkSecrets(t)
 }
 
 // testNodeGC kills the second client with SIGKILL: its node is marked
