@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/volplane/volplane/structs"
@@ -124,13 +122,7 @@ func (v *Volumes) Create(vols []*structs.CSIVolume, w *WriteOptions) ([]*structs
 // given, are merged over the volume's own for the plugin call.
 func (v *Volumes) Delete(id string, secrets map[string]string, w *WriteOptions) (*WriteMeta, error) {
 	r := v.c.newWrite(http.MethodDelete, "/v1/volume/csi/"+escape(id)+"/delete", w)
-	if len(secrets) > 0 {
-		var pairs []string
-		for _, k := range slices.Sorted(maps.Keys(secrets)) {
-			pairs = append(pairs, k+"="+secrets[k])
-		}
-		r.header = http.Header{"X-Nomad-Csi-Secrets": {strings.Join(pairs, ",")}}
-	}
+	r.header = secretsHeader(secrets)
 	return v.c.write(r, nil)
 }
 

@@ -223,6 +223,20 @@ func (m *pluginManager) controller(pluginID string) (*csi.Client, error) {
 	return inst.calls, nil
 }
 
+// controllerInfo returns what the plugin's controller here can do, nil
+// when it runs none.
+func (m *pluginManager) controllerInfo(pluginID string) *structs.CSIControllerInfo {
+	inst, ok := m.instances[pluginID]
+	if !ok {
+		return nil
+	}
+	c, _ := inst.report()
+	if c == nil {
+		return nil
+	}
+	return c.ControllerInfo
+}
+
 // node returns the CSI client and node fingerprint of a healthy node
 // instance of the plugin.
 func (m *pluginManager) node(pluginID string) (*csi.Client, *structs.CSIInfo, error) {

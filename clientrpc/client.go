@@ -21,6 +21,12 @@ const (
 	MethodControllerCreateVolume   = "ClientCSI.ControllerCreateVolume"
 	MethodControllerDeleteVolume   = "ClientCSI.ControllerDeleteVolume"
 	MethodNodeDetachVolume         = "ClientCSI.NodeDetachVolume"
+	MethodControllerCreateSnapshot = "ClientCSI.ControllerCreateSnapshot"
+	MethodControllerDeleteSnapshot = "ClientCSI.ControllerDeleteSnapshot"
+	MethodControllerListSnapshots  = "ClientCSI.ControllerListSnapshots"
+	MethodControllerListVolumes    = "ClientCSI.ControllerListVolumes"
+	MethodControllerExpandVolume   = "ClientCSI.ControllerExpandVolume"
+	MethodNodeExpandVolume         = "ClientCSI.NodeExpandVolume"
 )
 
 // Controllers is what the Client needs to pick a controller instance.

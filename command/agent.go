@@ -362,6 +362,9 @@ func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, f
 	if d, _ := positiveDuration(a.Server.CSIReleaseMaxDelay); d > 0 {
 		cfg.ReleaseMaxDelay = d
 	}
+	if d, _ := positiveDuration(a.Server.NodeGCThreshold); d > 0 {
+		cfg.NodeGCThreshold = d
+	}
 	if dev {
 		cfg.DevMode = true
 		if cfg.NodeName == "" {

@@ -58,6 +58,9 @@ type ServerBlock struct {
 	// (durations such as "10s"; both default to the server's, 10s).
 	HeartbeatTTL    string `hcl:"heartbeat_ttl,optional"`
 	NodeGracePeriod string `hcl:"node_grace_period,optional"`
+	// NodeGCThreshold is how long a node stays down before the servers
+	// remove it and its plugin instances (default "24h", as Nomad's).
+	NodeGCThreshold string `hcl:"node_gc_threshold,optional"`
 	// NodeIntroRequired makes new nodes present an introduction token:
 	// one of NodeIntroTokens, or one from `volplane operator node-intro
 	// create`.
@@ -165,7 +168,7 @@ func (c *AgentConfig) validate() error {
 			}
 		}
 		for _, d := range [][2]string{{"heartbeat_ttl", s.HeartbeatTTL}, {"node_grace_period", s.NodeGracePeriod},
-			{"csi_release_max_delay", s.CSIReleaseMaxDelay}} {
+			{"csi_release_max_delay", s.CSIReleaseMaxDelay}, {"node_gc_threshold", s.NodeGCThreshold}} {
 			if _, err := positiveDuration(d[1]); err != nil {
 				return fmt.Errorf("server.%s %q: %v", d[0], d[1], err)
 			}

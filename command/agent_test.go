@@ -98,6 +98,7 @@ server {
   heartbeat_ttl     = "2s"
   node_grace_period = "1500ms"
   csi_release_max_delay = "4s"
+  node_gc_threshold = "30m"
 }
 `), 0o600))
 	cfg, _, err := c.parse([]string{"-config", file})
@@ -108,6 +109,8 @@ server {
 	must.Eq(t, 1500*time.Millisecond, srv.NodeGracePeriod)
 	must.Eq(t, 4*time.Second, srv.ReleaseMaxDelay)
 
+	must.Eq(t, 30*time.Minute, srv.NodeGCThreshold)
+
 	// Unset, the server's production defaults stay.
 	cfg, _, err = c.parse([]string{"-server", "-bootstrap-expect", "1", "-data-dir", "/var/lib/volplane"})
 	must.NoError(t, err)
@@ -117,6 +120,9 @@ server {
 	must.Eq(t, def.HeartbeatTTL, srv.HeartbeatTTL)
 	must.Eq(t, def.NodeGracePeriod, srv.NodeGracePeriod)
 	must.Eq(t, def.ReleaseMaxDelay, srv.ReleaseMaxDelay)
+
+	must.Eq(t, 24*time.Hour, def.NodeGCThreshold, must.Sprint("Nomad's default"))
+	must.Eq(t, def.NodeGCThreshold, srv.NodeGCThreshold)
 }
 
 func TestAgentConfig_Errors(t *testing.T) {
@@ -135,6 +141,8 @@ func TestAgentConfig_Errors(t *testing.T) {
 		{"zero ttl", `server { heartbeat_ttl = "0s" }`, `server.heartbeat_ttl "0s": must be a positive duration`},
 		{"negative grace", `server { node_grace_period = "-1s" }`, `server.node_grace_period "-1s": must be a positive duration`},
 		{"zero release delay", `server { csi_release_max_delay = "0" }`, `server.csi_release_max_delay "0": must be a positive duration`},
+
+		{"bad gc threshold", `server { node_gc_threshold = "a day" }`, `server.node_gc_threshold "a day"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

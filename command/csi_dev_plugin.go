@@ -49,9 +49,23 @@ Usage: volplane csi-dev-plugin -endpoint unix:///path.sock -state-dir DIR [optio
   -create-on-demand     Create unknown volumes when they are first
                         controller-published, so volumes registered by hand
                         work without CreateVolume.
+  -disable-capability=NAME
+                        Run without a capability, to test a CO against
+                        plugins that lack it; repeatable. NAME is
+                        controller:<CAPABILITY> or node:<CAPABILITY> by its
+                        CSI name (controller:CREATE_DELETE_SNAPSHOT,
+                        controller:LIST_VOLUMES, controller:EXPAND_VOLUME,
+                        node:STAGE_UNSTAGE_VOLUME, node:EXPAND_VOLUME, ...),
+                        or plugin:ONLINE to expand volumes offline only.
   -log-level=LEVEL      trace, debug, info, warn or error (default info).
 `)
 }
+
+// listFlags collects a repeated flag's values.
+type listFlags []string
+
+func (l *listFlags) String() string     { return strings.Join(*l, ",") }
+func (l *listFlags) Set(s string) error { *l = append(*l, s); return nil }
 
 // topologyFlags collects repeated -topology key=value flags.
 type topologyFlags map[string]string
@@ -89,6 +103,7 @@ func (c *CSIDevPluginCommand) Run(args []string) int {
 	fs.Int64Var(&cfg.MaxVolumesPerNode, "max-volumes", 0, "")
 	fs.Var(topology, "topology", "")
 	fs.BoolVar(&cfg.CreateOnDemand, "create-on-demand", false, "")
+	fs.Var((*listFlags)(&cfg.Disable), "disable-capability", "")
 	fs.StringVar(&logLevel, "log-level", "info", "")
 	if err := fs.Parse(args); err != nil {
 		c.UI.Error(fmt.Sprintf("Error: %v\n\n%s", err, c.Help()))

@@ -21,9 +21,11 @@ func (c *NodeStatusCommand) Help() string {
 Usage: volplane node status [options] [id]
 
   Without an ID, lists the client nodes with their status, the CSI plugins
-  they run and their last heartbeat. With an ID (or a unique prefix of one,
-  or the node's name), shows the node in detail with the health of each of
-  its plugins.
+  they run, their last heartbeat and, for a node that is down, when the
+  servers will remove it (GC After: once it has been down for
+  server.node_gc_threshold and no claim on it is left; volplane system gc
+  removes it at once). With an ID (or a unique prefix of one, or the node's
+  name), shows the node in detail with the health of each of its plugins.
 `, `
 Status Options:
 
@@ -42,11 +44,11 @@ func (c *NodeStatusCommand) Run(args []string) int {
 			return stubs, err
 		},
 		none:   "No nodes",
-		header: []string{"ID", "Name", "Status", "Plugins", "Last Heartbeat"},
+		header: []string{"ID", "Name", "Status", "Plugins", "Last Heartbeat", "GC After"},
 		row: func(n *structs.NodeListStub, verbose bool) []string {
 			plugins := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(n.CSIControllerPlugins), n.CSINodePlugins...))))
 			return []string{shortID(n.ID, verbose), n.Name, n.Status, strings.Join(plugins, ","),
-				lastHeartbeat(n.LastHeartbeat, n.StatusUpdatedAt)}
+				lastHeartbeat(n.LastHeartbeat, n.StatusUpdatedAt), timeOf(n.GCAfter)}
 		},
 		find: lookupNode,
 		detail: func(_ *api.Client, n *structs.Node, verbose bool) int {
@@ -83,6 +85,10 @@ func formatNode(n *structs.Node, verbose bool) string {
 		{"Last Heartbeat", lastHeartbeat(n.LastHeartbeat, n.StatusUpdatedAt)},
 		{"Status Changed", unixNano(n.StatusUpdatedAt)},
 		{"Introduced By", introducedBy(n.IntroducedBy)},
+	}
+	if !n.GCAfter.IsZero() {
+		// Down: when the servers remove it.
+		pairs = slices.Insert(pairs, 8, [2]string{"GC After", timeOf(n.GCAfter) + " (once no claim on it is left)"})
 	}
 	if verbose {
 		pairs = append(pairs,

@@ -109,15 +109,17 @@ func testNode() *structs.Node {
 
 func TestNodeStatus_List(t *testing.T) {
 	f := newFakeAgent(t)
-	n2 := &structs.NodeListStub{ID: "node0002-aaaa-bbbb-cccc-000000000002", Name: "worker-2", Status: structs.NodeStatusDown}
+	n2 := &structs.NodeListStub{ID: "node0002-aaaa-bbbb-cccc-000000000002", Name: "worker-2", Status: structs.NodeStatusDown,
+		GCAfter: updated.Add(24 * time.Hour)}
 	f.json("GET /v1/nodes", 200, []*structs.NodeListStub{testNode().Stub(), n2})
 	when := time.Unix(0, updated.UnixNano()).Format(time.RFC3339)
+	gcAfter := updated.Add(24 * time.Hour).Local().Format(time.RFC3339)
 
 	r := run(t, "", "node", "status")
 	must.Eq(t, 0, r.code, must.Sprint(r.stderr))
-	must.Eq(t, `ID        Name      Status  Plugins  Last Heartbeat
-node0001  worker-1  ready   dev,nfs  `+when+`
-node0002  worker-2  down    <none>   <none>
+	must.Eq(t, `ID        Name      Status  Plugins  Last Heartbeat        GC After
+node0001  worker-1  ready   dev,nfs  `+when+`  <none>
+node0002  worker-2  down    <none>   <none>                `+gcAfter+`
 `, r.out)
 	must.Eq(t, request{Method: "GET", Path: "/v1/nodes"}, f.requests()[0])
 }

@@ -1,6 +1,8 @@
 package command
 
 import (
+	"flag"
+
 	"github.com/hashicorp/cli"
 
 	"github.com/volplane/volplane/api"
@@ -34,6 +36,14 @@ type statusCommand[T, S any] struct {
 	detail func(client *api.Client, v T, verbose bool) int
 	// footer, when set, is printed after the table of the list.
 	footer func(client *api.Client) string
+
+	// ownFlags, when set, adds the command's own flags to its flag set;
+	// check, when set, checks them once parsed (a usage error otherwise).
+	ownFlags func(f *flag.FlagSet)
+	check    func() error
+	// afterList, when set, runs after the list (an empty one too) without
+	// -json, and returns the exit code.
+	afterList func(client *api.Client, verbose bool) int
 }
 
 // runStatus runs a status command: without an argument it lists the
@@ -44,8 +54,16 @@ func runStatus[T, S any](m *Meta, c cli.Command, s statusCommand[T, S], args []s
 	f := m.FlagSet(s.name, s.flags)
 	f.BoolVar(&asJSON, "json", false, "")
 	f.BoolVar(&verbose, "verbose", false, "")
+	if s.ownFlags != nil {
+		s.ownFlags(f)
+	}
 	if ok, code := m.Parse(c, f, args); !ok {
 		return code
+	}
+	if s.check != nil {
+		if err := s.check(); err != nil {
+			return m.UsageError(c, "%s", err)
+		}
 	}
 	switch {
 	case s.list == nil && f.NArg() != 1:
@@ -84,7 +102,7 @@ func (s statusCommand[T, S]) printList(m *Meta, client *api.Client, asJSON, verb
 	}
 	if len(stubs) == 0 {
 		m.Ui.Output(s.none)
-		return 0
+		return s.after(client, verbose)
 	}
 	rows := make([][]string, 0, len(stubs))
 	for _, stub := range stubs {
@@ -96,7 +114,14 @@ func (s statusCommand[T, S]) printList(m *Meta, client *api.Client, asJSON, verb
 			m.Ui.Output(text)
 		}
 	}
-	return 0
+	return s.after(client, verbose)
+}
+
+func (s statusCommand[T, S]) after(client *api.Client, verbose bool) int {
+	if s.afterList == nil {
+		return 0
+	}
+	return s.afterList(client, verbose)
 }
 
 // listCommand is a command that only lists objects of type T: it takes no

@@ -1,6 +1,7 @@
 package command
 
 import (
+	"flag"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,7 +13,11 @@ import (
 )
 
 // VolumeStatusCommand lists volumes or shows one in detail.
-type VolumeStatusCommand struct{ Meta }
+type VolumeStatusCommand struct {
+	Meta
+	// typ is -type (csi, the only one) and pluginID -plugin_id.
+	typ, pluginID string
+}
 
 func (c *VolumeStatusCommand) Synopsis() string { return "Display status information about volumes" }
 
@@ -21,25 +26,53 @@ func (c *VolumeStatusCommand) Help() string {
 Usage: volplane volume status [options] [id]
 
   Without an ID, lists the CSI volumes with their plugin, schedulability,
-  current access mode and claim counts. With an ID (or a unique prefix of
-  one), shows the volume in detail: capabilities, mount options (mount flags
-  are never shown), topologies, and every claim with its release progress.
+  current access mode and claim counts; with -verbose, then also the
+  volumes each plugin's storage provider holds (ListVolumes), and which of
+  them are registered. With an ID (or a unique prefix of one), shows the
+  volume in detail: capacity, capabilities, mount options (mount flags are
+  never shown), topologies, and every claim with its release progress.
   Secrets are never shown.
 `, `
 Status Options:
+
+  -type=csi
+    The type of volumes to show; csi, the only one volplane has.
+
+  -plugin_id=<id>
+    List only the volumes of this plugin, and with -verbose only its
+    storage provider's.
 
   -json
     Print the volume or the list as JSON.
 
   -verbose
-    Show full allocation and node IDs, parameters, context and indexes.`, FlagSetClient|FlagSetNamespace)
+    Show full allocation and node IDs, parameters, context and indexes;
+    under a list, the storage providers' volumes.`, FlagSetClient|FlagSetNamespace)
 }
 
 func (c *VolumeStatusCommand) Run(args []string) int {
 	return runStatus(&c.Meta, c, statusCommand[*structs.CSIVolume, *structs.CSIVolListStub]{
 		name: "volume status", flags: FlagSetClient | FlagSetNamespace, noun: "volume", nouns: "volumes",
 		list: func(client *api.Client) ([]*structs.CSIVolListStub, error) {
-			return listVolumes(client, c.QueryOptions())
+			q := c.QueryOptions()
+			q.PluginID = c.pluginID
+			return listVolumes(client, q)
+		},
+		ownFlags: func(f *flag.FlagSet) {
+			f.StringVar(&c.typ, "type", structs.VolumeTypeCSI, "")
+			f.StringVar(&c.pluginID, "plugin_id", "", "")
+		},
+		check: func() error {
+			if c.typ != structs.VolumeTypeCSI {
+				return fmt.Errorf("-type %q: volplane has CSI volumes only (-type csi)", c.typ)
+			}
+			return nil
+		},
+		afterList: func(client *api.Client, verbose bool) int {
+			if !verbose {
+				return 0
+			}
+			return c.listExternal(client)
 		},
 		none:   "No CSI volumes",
 		header: []string{"ID", "Name", "Plugin ID", "Schedulable", "Access Mode", "Readers", "Writers", "Past Claims"},
@@ -112,6 +145,11 @@ func formatVolume(v *structs.CSIVolume, verbose bool) string {
 		{"Capacity Max", bytesOf(v.RequestedCapacityMax)},
 		{"Clone ID", v.CloneID},
 		{"Snapshot ID", v.SnapshotID},
+	}
+	if v.UnschedulableReason != "" {
+		// Right under Schedulable: why it is false.
+		i := slices.IndexFunc(pairs, func(p [2]string) bool { return p[0] == "Schedulable" })
+		pairs = slices.Insert(pairs, i+1, [2]string{"Unschedulable Because", v.UnschedulableReason})
 	}
 	if verbose {
 		pairs = append(pairs,

@@ -168,6 +168,13 @@ func refusedEntries() map[string]struct {
 			&structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{testVolume("nope", "vol9", "p")}}}, structs.ErrCodeInvalid},
 		"job in a namespace that does not exist": {entry{structs.JobRegisterRequestType,
 			&structs.JobRegisterRequest{Job: volumeJob("nope", "web9", "vol")}}, structs.ErrCodeInvalid},
+
+		"node gc of a ready node": {entry{structs.NodeGCRequestType,
+			&structs.NodeGCRequest{NodeIDs: []string{"n2"}, Timestamp: 99}}, structs.ErrCodeConflict},
+		"node gc of nothing": {entry{structs.NodeGCRequestType, &structs.NodeGCRequest{}}, structs.ErrCodeInvalid},
+		"plugin gc of a plugin nodes run": {entry{structs.CSIPluginGCRequestType,
+			&structs.CSIPluginGCRequest{PluginIDs: []string{"gone", "p"}}}, structs.ErrCodeConflict},
+		"plugin gc of nothing": {entry{structs.CSIPluginGCRequestType, &structs.CSIPluginGCRequest{}}, structs.ErrCodeInvalid},
 	}
 }
 
@@ -329,6 +336,11 @@ func newRequest(mt structs.MessageType) any {
 		return &structs.NamespaceUpsertRequest{}
 	case structs.NamespaceDeleteRequestType:
 		return &structs.NamespaceDeleteRequest{}
+
+	case structs.NodeGCRequestType:
+		return &structs.NodeGCRequest{}
+	case structs.CSIPluginGCRequestType:
+		return &structs.CSIPluginGCRequest{}
 	}
 	return nil
 }

@@ -145,8 +145,13 @@ var aclRules = map[string]aclRule{
 	"CSIVolume.Delete":     tokenRule(nsNeed(acl.NamespaceCapabilityCSIWriteVolume), pluginNeed(levelRead)),
 	// Detaching by hand is Nomad's volume detach (CSIVolume.Unpublish).
 	"CSIVolume.Detach": tokenRule(nsNeed(acl.NamespaceCapabilityCSIMountVolume), pluginNeed(levelRead)),
-	"CSIPlugin.List":   tokenRule(pluginNeed(levelList)),
-	"CSIPlugin.Get":    tokenRule(pluginNeed(levelRead)),
+	// Snapshots and the provider's volumes, as Nomad's.
+	"CSIVolume.CreateSnapshot": tokenRule(nsNeed(acl.NamespaceCapabilityCSIWriteVolume), pluginNeed(levelRead)),
+	"CSIVolume.DeleteSnapshot": tokenRule(nsNeed(acl.NamespaceCapabilityCSIWriteVolume), pluginNeed(levelRead)),
+	"CSIVolume.ListSnapshots":  tokenRule(nsNeed(acl.NamespaceCapabilityCSIListVolume), pluginNeed(levelRead)),
+	"CSIVolume.ListExternal":   tokenRule(nsNeed(acl.NamespaceCapabilityCSIListVolume), pluginNeed(levelRead)),
+	"CSIPlugin.List":           tokenRule(pluginNeed(levelList)),
+	"CSIPlugin.Get":            tokenRule(pluginNeed(levelRead)),
 
 	"Job.Register":    {kind: ruleToken, extra: jobNeeds},
 	"Job.Deregister":  tokenRule(nsNeed(acl.NamespaceCapabilitySubmitJob)),
@@ -164,6 +169,15 @@ var aclRules = map[string]aclRule{
 	"ClientCSI.ControllerValidateVolume": serverRule(),
 	"ClientCSI.ControllerCreateVolume":   serverRule(),
 	"ClientCSI.ControllerDeleteVolume":   serverRule(),
+	"ClientCSI.ControllerCreateSnapshot": serverRule(),
+	"ClientCSI.ControllerDeleteSnapshot": serverRule(),
+	"ClientCSI.ControllerListSnapshots":  serverRule(),
+	"ClientCSI.ControllerListVolumes":    serverRule(),
+	"ClientCSI.ControllerExpandVolume":   serverRule(),
+	"ClientCSI.NodeExpandVolume":         serverRule(),
+
+	// A forced garbage collection, as Nomad's system gc: management.
+	"System.GarbageCollect": tokenRule(managementNeed()),
 
 	"ACL.Bootstrap":      openRule(),
 	"ACL.UpsertPolicies": tokenRule(managementNeed()),

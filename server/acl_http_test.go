@@ -27,9 +27,12 @@ var routeFixture = map[string]struct{ query, body string }{
 	"ACL.UpsertPolicies":         {body: `{"Rules":"node { policy = \"read\" }"}`},
 	"ACL.UpsertTokens":           {body: `{"Name":"t","Type":"client","Policies":["target"]}`},
 	"Namespace.UpsertNamespaces": {body: `{"Name":"target"}`},
+	"CSIVolume.CreateSnapshot":   {body: `{"Snapshots":[{"SourceVolumeID":"x","PluginID":"p"}]}`},
+	"CSIVolume.DeleteSnapshot":   {query: "plugin_id=p&snapshot_id=s"},
 	// Writes without a body.
-	"ACL.Bootstrap":  {},
-	"Keyring.Rotate": {},
+	"ACL.Bootstrap":         {},
+	"Keyring.Rotate":        {},
+	"System.GarbageCollect": {},
 }
 
 // httpAs sends one request and returns the status and the body (the first

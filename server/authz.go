@@ -57,6 +57,11 @@ var rpcAccess = map[string]roleSet{
 	"CSIVolume.Create":                   serverOnly,
 	"CSIVolume.Delete":                   serverOnly,
 	"CSIVolume.Detach":                   serverOnly,
+	"CSIVolume.CreateSnapshot":           serverOnly,
+	"CSIVolume.DeleteSnapshot":           serverOnly,
+	"CSIVolume.ListSnapshots":            serverOnly,
+	"CSIVolume.ListExternal":             serverOnly,
+	"System.GarbageCollect":              serverOnly,
 	"CSIPlugin.List":                     serverOnly,
 	"CSIPlugin.Get":                      serverOnly,
 	"Job.Register":                       serverOnly,
@@ -87,6 +92,13 @@ var rpcAccess = map[string]roleSet{
 	"Namespace.GetNamespace":     serverOnly,
 	"Namespace.UpsertNamespaces": serverOnly,
 	"Namespace.DeleteNamespaces": serverOnly,
+
+	"ClientCSI.ControllerCreateSnapshot": serverOnly,
+	"ClientCSI.ControllerDeleteSnapshot": serverOnly,
+	"ClientCSI.ControllerListSnapshots":  serverOnly,
+	"ClientCSI.ControllerListVolumes":    serverOnly,
+	"ClientCSI.ControllerExpandVolume":   serverOnly,
+	"ClientCSI.NodeExpandVolume":         serverOnly,
 }
 
 // callerRole is the role of a network peer: RoleNone for a plaintext

@@ -26,6 +26,8 @@ type agentEndpoint struct {
 	fail  structs.ErrorCode
 	// failOnly, when set, limits fail to calls whose record starts with it.
 	failOnly string
+	// provider is the storage the lifecycle calls see (lifecycle_test.go).
+	provider fakeProvider
 }
 
 func (a *agentEndpoint) record(m string) error {
@@ -70,7 +72,12 @@ func (a *agentEndpoint) NodeDetachVolume(args *structs.ClientCSINodeDetachVolume
 }
 
 func (a *agentEndpoint) ControllerValidateVolume(args *structs.ClientCSIControllerValidateVolumeRequest, reply *structs.ClientCSIEmptyResponse) error {
-	return a.record("validate:" + args.VolumeID)
+	if err := a.record("validate:" + args.VolumeID); err != nil {
+		return err
+	}
+	// The provider holds what it validated (ListVolumes lists it).
+	a.addProviderVolume(args.VolumeID)
+	return nil
 }
 
 func (a *agentEndpoint) count() int {

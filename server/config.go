@@ -63,6 +63,10 @@ type Config struct {
 	// than the TTL plus NodeGracePeriod is marked down.
 	HeartbeatTTL    time.Duration
 	NodeGracePeriod time.Duration
+	// NodeGCThreshold is how long a node stays down before the node GC
+	// removes it, with its plugin instances (default 24h, Nomad's
+	// node_gc_threshold).
+	NodeGCThreshold time.Duration
 
 	// ServerRPCTimeout bounds a call to another server (a forwarded request,
 	// a join); blocking queries get their wait on top. Without it a frozen
@@ -157,6 +161,7 @@ func DefaultConfig() *Config {
 		MaxRequestBytes:   4 << 20,
 		HeartbeatTTL:      10 * time.Second,
 		NodeGracePeriod:   10 * time.Second,
+		NodeGCThreshold:   structs.DefaultNodeGCThreshold,
 		ClientRPCTimeout:  2 * time.Minute,
 		CSICallTimeout:    30 * time.Second,
 		ServerRPCTimeout:  10 * time.Second,
@@ -212,6 +217,12 @@ func (c *Config) normalize() error {
 	}
 	if c.NodeGracePeriod == 0 {
 		c.NodeGracePeriod = d.NodeGracePeriod
+	}
+	if c.NodeGCThreshold == 0 {
+		c.NodeGCThreshold = d.NodeGCThreshold
+	}
+	if c.NodeGCThreshold < 0 {
+		return fmt.Errorf("node_gc_threshold must be positive (got %s)", c.NodeGCThreshold)
 	}
 	if c.ServerRPCTimeout == 0 {
 		c.ServerRPCTimeout = d.ServerRPCTimeout

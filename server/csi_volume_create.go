@@ -29,6 +29,7 @@ func (e *CSIVolume) Create(args *structs.CSIVolumeCreateRequest, reply *structs.
 	var (
 		ready    []*structs.CSIVolume
 		failures []string
+		warnings []string
 		code     structs.ErrorCode
 	)
 	seen := map[string]bool{}
@@ -36,7 +37,10 @@ func (e *CSIVolume) Create(args *structs.CSIVolumeCreateRequest, reply *structs.
 		if in == nil {
 			return structs.ErrInvalid("volume %d of the request is empty", i+1)
 		}
-		vol, err := e.prepareCreate(snap, in, args.RequestNamespace())
+		vol, warning, err := e.prepareCreate(snap, in, args.RequestNamespace())
+		if warning != "" {
+			warnings = append(warnings, warning)
+		}
 		if err == nil && seen[vol.Namespace+"/"+vol.ID] {
 			err = structs.ErrInvalid("volume %q appears twice in the request", vol.ID)
 		}
@@ -66,6 +70,7 @@ func (e *CSIVolume) Create(args *structs.CSIVolumeCreateRequest, reply *structs.
 		for _, v := range ready {
 			reply.Volumes = append(reply.Volumes, v.Sanitize())
 		}
+		reply.Warnings = append(reply.Warnings, warnings...)
 	}
 	e.srv.setQueryMeta(&reply.QueryMeta)
 	if len(failures) > 0 {
@@ -86,8 +91,9 @@ func (e *CSIVolume) Create(args *structs.CSIVolumeCreateRequest, reply *structs.
 }
 
 // prepareCreate validates a volume to create and, when it is new, creates
-// it in the plugin, returning the volume to register.
-func (e *CSIVolume) prepareCreate(snap *state.StateSnapshot, in *structs.CSIVolume, namespace string) (*structs.CSIVolume, error) {
+// it in the plugin, returning the volume to register. A volume that exists
+// is updated as Register would, expansion included, with its warning.
+func (e *CSIVolume) prepareCreate(snap *state.StateSnapshot, in *structs.CSIVolume, namespace string) (*structs.CSIVolume, string, error) {
 	vol := in.Copy()
 	if vol.Namespace == "" {
 		vol.Namespace = namespace
@@ -96,26 +102,41 @@ func (e *CSIVolume) prepareCreate(snap *state.StateSnapshot, in *structs.CSIVolu
 		vol.Name = vol.ID
 	}
 	if err := vol.Validate(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	existing, err := snap.CSIVolumeByID(nil, vol.Namespace, vol.ID)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if existing != nil {
 		return e.prepareRegister(snap, vol, namespace)
 	}
+	vol, err = e.createInPlugin(snap, vol)
+	return vol, "", err
+}
+
+// createInPlugin creates a new volume through a controller and returns it
+// as it is to be registered.
+func (e *CSIVolume) createInPlugin(snap *state.StateSnapshot, vol *structs.CSIVolume) (*structs.CSIVolume, error) {
 	plugin, err := snap.CSIPluginByID(nil, vol.PluginID)
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case plugin == nil:
+	if plugin == nil {
 		return nil, structs.ErrNotFound("volume %q: no CSI plugin named %q could be found", vol.ID, vol.PluginID)
-	case len(plugin.Controllers) == 0:
-		return nil, structs.ErrInvalid("volume %q: plugin %q has no controller, so it cannot create volumes", vol.ID, vol.PluginID)
-	case !supportsCreate(plugin):
-		return nil, structs.ErrInvalid("volume %q: plugin %q does not support creating volumes", vol.ID, vol.PluginID)
+	}
+	// Each content source needs a capability of its own (the CSI spec's
+	// CreateVolume).
+	err = plugin.RequireController(structs.CSIControllerCreateDeleteVolume, "create volumes")
+	switch {
+	case err != nil:
+	case vol.SnapshotID != "":
+		err = plugin.RequireController(structs.CSIControllerCreateDeleteSnapshot, "create volumes from snapshots")
+	case vol.CloneID != "":
+		err = plugin.RequireController(structs.CSIControllerCloneVolume, "clone volumes")
+	}
+	if err != nil {
+		return nil, structs.Wrap(err, "volume %q", vol.ID)
 	}
 	// The plugin call is an operation on the volume: it waits for any
 	// other in flight (a concurrent create of the same ID).
@@ -155,15 +176,6 @@ func (e *CSIVolume) prepareCreate(snap *state.StateSnapshot, in *structs.CSIVolu
 	}
 	e.logger.Info("volume created in plugin", "volume_id", vol.ID, "plugin_id", vol.PluginID, "external_id", vol.ExternalID)
 	return vol, nil
-}
-
-func supportsCreate(p *structs.CSIPlugin) bool {
-	for _, c := range p.Controllers {
-		if c.ControllerInfo != nil && c.ControllerInfo.SupportsCreateDelete {
-			return true
-		}
-	}
-	return false
 }
 
 // Delete deletes volumes in their plugins, then deregisters them. A claimed
@@ -207,6 +219,15 @@ func (e *CSIVolume) Delete(args *structs.CSIVolumeDeleteRequest, reply *structs.
 			return err
 		}
 		vols = append(vols, vol)
+	}
+	for _, vol := range vols {
+		plugin, err := pluginFor(snap, vol.PluginID)
+		if err != nil {
+			return structs.Wrap(err, "volume %q", vol.ID)
+		}
+		if err := plugin.RequireController(structs.CSIControllerCreateDeleteVolume, "delete volumes"); err != nil {
+			return structs.Wrap(err, "volume %q", vol.ID)
+		}
 	}
 	var deleted []string
 	for _, vol := range vols {

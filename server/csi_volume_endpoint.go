@@ -32,13 +32,17 @@ func (e *CSIVolume) Register(args *structs.CSIVolumeRegisterRequest, reply *stru
 	}
 	seen := map[string]bool{}
 	out := make([]*structs.CSIVolume, 0, len(args.Volumes))
+	var warnings []string
 	for i, in := range args.Volumes {
 		if in == nil {
 			return structs.ErrInvalid("volume %d of the request is empty", i+1)
 		}
-		vol, err := e.prepareRegister(snap, in, args.RequestNamespace())
+		vol, warning, err := e.prepareRegister(snap, in, args.RequestNamespace())
 		if err != nil {
 			return err
+		}
+		if warning != "" {
+			warnings = append(warnings, warning)
 		}
 		key := vol.Namespace + "/" + vol.ID
 		if seen[key] {
@@ -57,6 +61,7 @@ func (e *CSIVolume) Register(args *structs.CSIVolumeRegisterRequest, reply *stru
 	for _, v := range out {
 		e.logger.Debug("volume registered", "volume_id", v.ID, "namespace", v.Namespace, "plugin_id", v.PluginID)
 	}
+	reply.Warnings = append(reply.Warnings, warnings...)
 	reply.Index = index
 	e.srv.setQueryMeta(&reply.QueryMeta)
 	return nil
@@ -64,50 +69,63 @@ func (e *CSIVolume) Register(args *structs.CSIVolumeRegisterRequest, reply *stru
 
 // prepareRegister validates one volume and returns what is to be written:
 // the volume itself when it is new, or the stored volume with the update
-// merged in.
-func (e *CSIVolume) prepareRegister(snap *state.StateSnapshot, in *structs.CSIVolume, namespace string) (*structs.CSIVolume, error) {
+// merged in, grown in its plugin when the update asks for more capacity
+// (see expand), with a warning to show, if any.
+func (e *CSIVolume) prepareRegister(snap *state.StateSnapshot, in *structs.CSIVolume, namespace string) (*structs.CSIVolume, string, error) {
 	vol := in.Copy()
 	if vol.Namespace == "" {
 		vol.Namespace = namespace
 	}
 	if err := vol.Validate(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	plugin, err := snap.CSIPluginByID(nil, vol.PluginID)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if plugin == nil {
-		return nil, structs.ErrNotFound("volume %q: no CSI plugin named %q could be found", vol.ID, vol.PluginID)
+		return nil, "", structs.ErrNotFound("volume %q: no CSI plugin named %q could be found", vol.ID, vol.PluginID)
 	}
 	if plugin.ControllerRequired && plugin.ControllersHealthy == 0 {
-		return nil, structs.NewError(structs.ErrCodeUnschedulable,
+		return nil, "", structs.NewError(structs.ErrCodeUnschedulable,
 			"volume %q: plugin %q requires a controller and has no healthy controllers", vol.ID, vol.PluginID)
 	}
 	vol.Provider, vol.ProviderVersion = plugin.Provider, plugin.Version
+	existing, err := snap.CSIVolumeByID(nil, vol.Namespace, vol.ID)
+	if err != nil {
+		return nil, "", err
+	}
+	if existing != nil && vol.ExternalID == "" {
+		// An update that leaves the external ID out means the registered
+		// one (it cannot change): validate that one, not the volume ID.
+		vol.ExternalID = existing.ExternalID
+	}
 	if plugin.ControllerRequired {
 		// The storage provider must know the volume and support its
 		// capabilities before volplane promises them to workloads.
 		if err := e.validateInPlugin(vol); err != nil {
-			return nil, structs.Wrap(err, "volume %q", vol.ID)
+			return nil, "", structs.Wrap(err, "volume %q", vol.ID)
 		}
 	}
 
-	existing, err := snap.CSIVolumeByID(nil, vol.Namespace, vol.ID)
-	if err != nil {
-		return nil, err
-	}
 	// Sealed before the merge, keeping the stored sealed values whose
 	// plaintext is unchanged: the merge's "mount options in use" rule
 	// compares them, and so does the FSM.
 	if err := e.srv.sealVolume(vol, existing); err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	warning := ""
 	if existing != nil {
+		// The capacity of a registered volume is the plugin's to say,
+		// through an expansion, never the update's.
+		vol.Capacity = 0
 		// The rule the FSM applies again to the volume as it is then.
 		merged, err := existing.Merge(vol)
 		if err != nil {
-			return nil, err
+			return nil, "", err
+		}
+		if warning, err = e.expand(existing, merged, plugin); err != nil {
+			return nil, "", err
 		}
 		vol = merged
 	} else if len(vol.Topologies) == 0 && vol.RequestedTopologies != nil {
@@ -116,7 +134,7 @@ func (e *CSIVolume) prepareRegister(snap *state.StateSnapshot, in *structs.CSIVo
 		}
 	}
 	clearDerived(vol)
-	return vol, nil
+	return vol, warning, nil
 }
 
 // validateInPlugin asks a controller whether the volume exists with its
@@ -143,7 +161,7 @@ func (e *CSIVolume) validateInPlugin(vol *structs.CSIVolume) error {
 // clearDerived zeroes the fields that are computed on read, so they never
 // reach the log.
 func clearDerived(v *structs.CSIVolume) {
-	v.Schedulable = false
+	v.Schedulable, v.UnschedulableReason = false, ""
 	v.ControllerRequired = false
 	v.ControllersHealthy, v.ControllersExpected = 0, 0
 	v.NodesHealthy, v.NodesExpected = 0, 0

@@ -35,5 +35,7 @@ func (s *Server) endpoints(conn *sessionConn) map[string]any {
 		"Keyring":   &Keyring{srv: s},
 		"ACL":       &ACL{srv: s, logger: s.logger.Named("acl")},
 		"Namespace": &Namespace{srv: s},
+
+		"System": &System{srv: s},
 	}
 }

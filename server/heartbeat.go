@@ -58,6 +58,17 @@ func (h *heartbeats) reset(nodeID string) {
 	h.timers[nodeID] = time.AfterFunc(h.deadline(), func() { h.expire(nodeID) })
 }
 
+// forget drops what is known of a node the GC removed.
+func (h *heartbeats) forget(nodeID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.last, nodeID)
+	if t, ok := h.timers[nodeID]; ok {
+		t.Stop()
+		delete(h.timers, nodeID)
+	}
+}
+
 // start arms a clock for every node that is not down; called when this
 // server becomes leader.
 func (h *heartbeats) start() {

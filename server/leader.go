@@ -71,10 +71,14 @@ func (s *Server) establishLeadership() {
 		s.leaderMu.Unlock()
 		s.heartbeats.start()
 		defer s.heartbeats.stop()
-		s.leaderWG.Add(2)
+		s.leaderWG.Add(3)
 		go func() {
 			defer s.leaderWG.Done()
 			s.runPlacer(done)
+		}()
+		go func() {
+			defer s.leaderWG.Done()
+			s.runGC(done)
 		}()
 		go func() {
 			defer s.leaderWG.Done()

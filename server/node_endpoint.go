@@ -35,6 +35,8 @@ func (e *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 		return structs.ErrInvalid("missing node")
 	}
 	node := args.Node.Copy()
+	// Times the servers derive on read are never the client's to store.
+	node.LastHeartbeat, node.GCAfter = time.Time{}, time.Time{}
 	if node.Status == "" {
 		node.Status = structs.NodeStatusReady
 	}
@@ -151,10 +153,11 @@ func (e *Node) GetNode(args *structs.NodeSpecificRequest, reply *structs.SingleN
 			return 0, err
 		}
 		if n != nil {
+			n = n.Copy()
 			if last, ok := e.srv.heartbeats.lastHeartbeat(n.ID); ok {
-				n = n.Copy()
 				n.LastHeartbeat = last
 			}
+			n.GCAfter = e.srv.gcAfter(n)
 			reply.Node = n
 			return n.ModifyIndex, nil
 		}
@@ -175,10 +178,12 @@ func (e *Node) List(args *structs.NodeListRequest, reply *structs.NodeListRespon
 		}
 		reply.Nodes = []*structs.NodeListStub{}
 		for raw := iter.Next(); raw != nil; raw = iter.Next() {
-			stub := raw.(*structs.Node).Stub()
+			n := raw.(*structs.Node)
+			stub := n.Stub()
 			if last, ok := e.srv.heartbeats.lastHeartbeat(stub.ID); ok {
 				stub.LastHeartbeat = last
 			}
+			stub.GCAfter = e.srv.gcAfter(n)
 			reply.Nodes = append(reply.Nodes, stub)
 		}
 		return st.Index(state.TableNodes)

@@ -179,6 +179,7 @@ func volumesEqual(a, b *structs.CSIVolume) bool {
 // pluginHealth is what a volume reads from its plugin.
 type pluginHealth struct {
 	schedulable         bool
+	reason              string
 	controllerRequired  bool
 	controllersHealthy  int
 	controllersExpected int
@@ -192,8 +193,10 @@ func healthOf(p *structs.CSIPlugin) pluginHealth {
 	if p == nil {
 		return pluginHealth{}
 	}
+	reason := p.UnschedulableReason()
 	return pluginHealth{
-		schedulable:         p.NodesHealthy > 0 && (!p.ControllerRequired || p.ControllersHealthy > 0),
+		schedulable:         reason == "",
+		reason:              reason,
 		controllerRequired:  p.ControllerRequired,
 		controllersHealthy:  p.ControllersHealthy,
 		controllersExpected: p.ControllersExpected,
@@ -208,6 +211,7 @@ func setVolumeHealth(v *structs.CSIVolume, p *structs.CSIPlugin) { healthOf(p).s
 // setOn sets a volume's derived fields.
 func (h pluginHealth) setOn(v *structs.CSIVolume) {
 	v.Schedulable = h.schedulable
+	v.UnschedulableReason = h.reason
 	v.ControllerRequired = h.controllerRequired
 	v.ControllersHealthy, v.ControllersExpected = h.controllersHealthy, h.controllersExpected
 	v.NodesHealthy, v.NodesExpected = h.nodesHealthy, h.nodesExpected
@@ -215,6 +219,7 @@ func (h pluginHealth) setOn(v *structs.CSIVolume) {
 
 func setStubHealth(s *structs.CSIVolListStub, h pluginHealth) {
 	s.Schedulable = h.schedulable
+	s.UnschedulableReason = h.reason
 	s.ControllerRequired = h.controllerRequired
 	s.ControllersHealthy, s.ControllersExpected = h.controllersHealthy, h.controllersExpected
 	s.NodesHealthy, s.NodesExpected = h.nodesHealthy, h.nodesExpected

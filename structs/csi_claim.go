@@ -416,6 +416,9 @@ func (v *CSIVolume) capabilityList() string {
 }
 
 func (v *CSIVolume) unschedulableReason() string {
+	if v.UnschedulableReason != "" {
+		return "volume is currently unschedulable: " + v.UnschedulableReason
+	}
 	switch {
 	case v.NodesHealthy == 0:
 		return fmt.Sprintf("volume is currently unschedulable: plugin %q has no healthy node plugins", v.PluginID)

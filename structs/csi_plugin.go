@@ -105,6 +105,78 @@ type CSIControllerInfo struct {
 	SupportsListVolumesAttachedNodes bool
 	SupportsCondition                bool
 	SupportsGet                      bool
+	// VolumeExpansion is the plugin's VolumeExpansion capability
+	// (GetPluginCapabilities): CSIVolumeExpansionOnline when volumes can
+	// grow while published, CSIVolumeExpansionOffline when only while
+	// published nowhere, "" when the plugin says neither, which counts as
+	// offline.
+	VolumeExpansion string
+}
+
+// The plugin's VolumeExpansion capability.
+const (
+	CSIVolumeExpansionOnline  = "online"
+	CSIVolumeExpansionOffline = "offline"
+)
+
+// CSIControllerCapability is a controller capability, by the CSI spec's
+// name, for the checks made before a controller call and for errors.
+type CSIControllerCapability string
+
+const (
+	CSIControllerCreateDeleteVolume   CSIControllerCapability = "CREATE_DELETE_VOLUME"
+	CSIControllerPublishUnpublish     CSIControllerCapability = "PUBLISH_UNPUBLISH_VOLUME"
+	CSIControllerListVolumes          CSIControllerCapability = "LIST_VOLUMES"
+	CSIControllerCreateDeleteSnapshot CSIControllerCapability = "CREATE_DELETE_SNAPSHOT"
+	CSIControllerListSnapshots        CSIControllerCapability = "LIST_SNAPSHOTS"
+	CSIControllerCloneVolume          CSIControllerCapability = "CLONE_VOLUME"
+	CSIControllerExpandVolume         CSIControllerCapability = "EXPAND_VOLUME"
+)
+
+// Has reports whether the controller advertises the capability.
+func (c *CSIControllerInfo) Has(capability CSIControllerCapability) bool {
+	if c == nil {
+		return false
+	}
+	switch capability {
+	case CSIControllerCreateDeleteVolume:
+		return c.SupportsCreateDelete
+	case CSIControllerPublishUnpublish:
+		return c.SupportsAttachDetach
+	case CSIControllerListVolumes:
+		return c.SupportsListVolumes
+	case CSIControllerCreateDeleteSnapshot:
+		return c.SupportsCreateDeleteSnapshot
+	case CSIControllerListSnapshots:
+		return c.SupportsListSnapshots
+	case CSIControllerCloneVolume:
+		return c.SupportsClone
+	case CSIControllerExpandVolume:
+		return c.SupportsExpand
+	}
+	return false
+}
+
+// CSINodeCapability is a node capability, by the CSI spec's name.
+type CSINodeCapability string
+
+const (
+	CSINodeStageUnstageVolume CSINodeCapability = "STAGE_UNSTAGE_VOLUME"
+	CSINodeExpandVolume       CSINodeCapability = "EXPAND_VOLUME"
+)
+
+// Has reports whether the node service advertises the capability.
+func (n *CSINodeInfo) Has(capability CSINodeCapability) bool {
+	if n == nil {
+		return false
+	}
+	switch capability {
+	case CSINodeStageUnstageVolume:
+		return n.RequiresNodeStageVolume
+	case CSINodeExpandVolume:
+		return n.SupportsExpand
+	}
+	return false
 }
 
 // CSINodeInfo is what a node service reported about its node.
@@ -257,12 +329,66 @@ func (p *CSIPlugin) Recount() {
 // SupportsAttachDetach reports whether any controller offers
 // PUBLISH_UNPUBLISH_VOLUME; instances of one plugin are expected to agree.
 func (p *CSIPlugin) SupportsAttachDetach() bool {
+	return p.ControllerSupports(CSIControllerPublishUnpublish)
+}
+
+// ControllerSupports reports whether any controller instance advertises
+// the capability; instances of one plugin are expected to agree.
+func (p *CSIPlugin) ControllerSupports(capability CSIControllerCapability) bool {
 	for _, c := range p.Controllers {
-		if c.ControllerInfo != nil && c.ControllerInfo.SupportsAttachDetach {
+		if c != nil && c.ControllerInfo.Has(capability) {
 			return true
 		}
 	}
 	return false
+}
+
+// RequireController returns nil when the plugin has a controller that
+// advertises the capability, and otherwise an invalid-request error
+// naming the plugin and what is missing; what says what the caller was
+// about to do ("create snapshots").
+func (p *CSIPlugin) RequireController(capability CSIControllerCapability, what string) error {
+	if len(p.Controllers) == 0 {
+		return ErrInvalid("plugin %q has no controller, so it cannot %s (controller capability %s)", p.ID, what, capability)
+	}
+	if !p.ControllerSupports(capability) {
+		return ErrInvalid("plugin %q cannot %s: its controller does not advertise the %s capability", p.ID, what, capability)
+	}
+	return nil
+}
+
+// VolumeExpansion is the VolumeExpansion capability the plugin's
+// controllers report: online if any says online.
+func (p *CSIPlugin) VolumeExpansion() string {
+	out := ""
+	for _, c := range p.Controllers {
+		if c == nil || c.ControllerInfo == nil {
+			continue
+		}
+		switch c.ControllerInfo.VolumeExpansion {
+		case CSIVolumeExpansionOnline:
+			return CSIVolumeExpansionOnline
+		case CSIVolumeExpansionOffline:
+			out = CSIVolumeExpansionOffline
+		}
+	}
+	return out
+}
+
+// UnschedulableReason says why the plugin's volumes cannot be claimed, or
+// "" when they can: no healthy node plugin, or no healthy controller where
+// one is required. A plugin row with no instances at all is kept only
+// while volumes name it; the reason then says so.
+func (p *CSIPlugin) UnschedulableReason() string {
+	switch {
+	case len(p.Nodes) == 0 && len(p.Controllers) == 0:
+		return fmt.Sprintf("plugin %q has no healthy node plugins (0/0): no node runs it", p.ID)
+	case p.NodesHealthy == 0:
+		return fmt.Sprintf("plugin %q has no healthy node plugins (0/%d)", p.ID, p.NodesExpected)
+	case p.ControllerRequired && p.ControllersHealthy == 0:
+		return fmt.Sprintf("plugin %q requires a controller and has no healthy controllers (0/%d)", p.ID, p.ControllersExpected)
+	}
+	return ""
 }
 
 // Stub returns the list view.

@@ -258,8 +258,10 @@ type CSIVolume struct {
 	WriteClaims map[string]*CSIVolumeClaim
 	PastClaims  map[string]*CSIVolumeClaim
 
-	// Derived on read from the plugin; never stored.
+	// Derived on read from the plugin; never stored. UnschedulableReason
+	// says why a volume is not schedulable.
 	Schedulable         bool
+	UnschedulableReason string `json:",omitempty"`
 	ControllerRequired  bool
 	ControllersHealthy  int
 	ControllersExpected int
@@ -371,6 +373,7 @@ func (v *CSIVolume) Stub() *CSIVolListStub {
 		CurrentWriters:      len(v.WriteClaims),
 		PastClaims:          len(v.PastClaims),
 		Schedulable:         v.Schedulable,
+		UnschedulableReason: v.UnschedulableReason,
 		PluginID:            v.PluginID,
 		Provider:            v.Provider,
 		ControllerRequired:  v.ControllerRequired,
@@ -397,6 +400,7 @@ type CSIVolListStub struct {
 	CurrentWriters      int
 	PastClaims          int
 	Schedulable         bool
+	UnschedulableReason string `json:",omitempty"`
 	PluginID            string
 	Provider            string
 	ControllerRequired  bool
@@ -551,6 +555,10 @@ func (v *CSIVolume) Merge(update *CSIVolume) (*CSIVolume, error) {
 	if len(update.Parameters) > 0 && !maps.Equal(update.Parameters, v.Parameters) {
 		m.Add("volume parameters cannot be updated")
 	}
+	if update.RequestedCapacityMax > 0 && update.RequestedCapacityMax < v.Capacity {
+		m.Add("capacity_max of %d bytes is less than the volume's current capacity of %d bytes: volumes cannot shrink",
+			update.RequestedCapacityMax, v.Capacity)
+	}
 	// Every problem in one message; the code says whether waiting for the
 	// claims to go could ever help.
 	refused := m.Len()
@@ -578,6 +586,10 @@ func (v *CSIVolume) Merge(update *CSIVolume) (*CSIVolume, error) {
 		out.RequestedCapacityMin = update.RequestedCapacityMin
 		out.RequestedCapacityMax = update.RequestedCapacityMax
 	}
+	// The capacity is the plugin's answer to an expansion, which only
+	// grows a volume: an update that says less (an operator's spec that
+	// leaves it out, or a write that an expansion overtook) keeps it.
+	out.Capacity = max(v.Capacity, update.Capacity)
 	// The provider is the plugin's, as the leader last read it.
 	if update.Provider != "" {
 		out.Provider, out.ProviderVersion = update.Provider, update.ProviderVersion

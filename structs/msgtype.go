@@ -36,6 +36,9 @@ const (
 	ACLTokenBootstrapRequestType   MessageType = 18
 	NamespaceUpsertRequestType     MessageType = 19
 	NamespaceDeleteRequestType     MessageType = 20
+
+	NodeGCRequestType      MessageType = 21
+	CSIPluginGCRequestType MessageType = 22
 )
 
 // IgnoreUnknownTypeFlag may be set on a message type by a newer server for an
@@ -65,6 +68,9 @@ var messageTypeNames = map[MessageType]string{
 	ACLTokenBootstrapRequestType:   "ACLTokenBootstrap",
 	NamespaceUpsertRequestType:     "NamespaceUpsert",
 	NamespaceDeleteRequestType:     "NamespaceDelete",
+
+	NodeGCRequestType:      "NodeGC",
+	CSIPluginGCRequestType: "CSIPluginGC",
 }
 
 // MessageTypes returns every defined message type, for tests that check each

@@ -47,6 +47,9 @@ func TestMessageTypes_Named(t *testing.T) {
 		"ACLTokenBootstrap":   18,
 		"NamespaceUpsert":     19,
 		"NamespaceDelete":     20,
+
+		"NodeGC":      21,
+		"CSIPluginGC": 22,
 	}, seen)
 }
 

@@ -56,9 +56,24 @@ type Node struct {
 	// leader's memory, not replicated state: filled in only on answers the
 	// leader gives, zero otherwise.
 	LastHeartbeat time.Time
+	// GCAfter is when the node GC removes this node, which is down: the
+	// time it went down plus the servers' node_gc_threshold. It is filled
+	// in on reads of down nodes, never stored. The node is removed then
+	// only once no claim on it is left.
+	GCAfter time.Time `json:",omitzero"`
 
 	CreateIndex uint64
 	ModifyIndex uint64
+}
+
+// DueForGC returns when a node down since StatusUpdatedAt becomes due for
+// the node GC with the threshold, or the zero time for a node that is not
+// down.
+func (n *Node) DueForGC(threshold time.Duration) time.Time {
+	if n.Status != NodeStatusDown || threshold <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n.StatusUpdatedAt).Add(threshold)
 }
 
 // Copy returns a deep copy.
@@ -152,6 +167,7 @@ func (n *Node) Stub() *NodeListStub {
 		StatusDescription: n.StatusDescription,
 		StatusUpdatedAt:   n.StatusUpdatedAt,
 		LastHeartbeat:     n.LastHeartbeat,
+		GCAfter:           n.GCAfter,
 		CreateIndex:       n.CreateIndex,
 		ModifyIndex:       n.ModifyIndex,
 	}
@@ -172,6 +188,7 @@ type NodeListStub struct {
 	CSIControllerPlugins []string
 	CSINodePlugins       []string
 	LastHeartbeat        time.Time
+	GCAfter              time.Time `json:",omitzero"`
 	CreateIndex          uint64
 	ModifyIndex          uint64
 }

@@ -31,6 +31,12 @@ const (
 	MethodNodeUnstageVolume          = "NodeUnstageVolume"
 	MethodNodePublishVolume          = "NodePublishVolume"
 	MethodNodeUnpublishVolume        = "NodeUnpublishVolume"
+	MethodCreateSnapshot             = "CreateSnapshot"
+	MethodDeleteSnapshot             = "DeleteSnapshot"
+	MethodListSnapshots              = "ListSnapshots"
+	MethodListVolumes                = "ListVolumes"
+	MethodControllerExpandVolume     = "ControllerExpandVolume"
+	MethodNodeExpandVolume           = "NodeExpandVolume"
 )
 
 // ErrorClass says what a caller should do about a failed plugin call.
@@ -71,6 +77,15 @@ var alreadyDoneOnNotFound = map[string]bool{
 	MethodNodeUnpublishVolume:       true,
 	MethodNodeUnstageVolume:         true,
 	MethodDeleteVolume:              true,
+	MethodDeleteSnapshot:            true,
+}
+
+// listings are the paginated calls: ABORTED from them means the starting
+// token is not one the plugin handed out (the spec's code for it), which no
+// retry can mend.
+var listings = map[string]bool{
+	MethodListSnapshots: true,
+	MethodListVolumes:   true,
 }
 
 // ClassOf classes err, the result of calling the CSI RPC method (one of the
@@ -81,7 +96,9 @@ var alreadyDoneOnNotFound = map[string]bool{
 //     retryable, and so are a cancelled or expired context: the outcome of
 //     the call is unknown and the spec lets a CO repeat any call.
 //   - NotFound from ControllerUnpublishVolume, NodeUnpublishVolume,
-//     NodeUnstageVolume and DeleteVolume is already-done.
+//     NodeUnstageVolume, DeleteVolume and DeleteSnapshot is already-done.
+//   - Aborted from ListVolumes and ListSnapshots is final: the starting
+//     token is not the plugin's (see IsInvalidToken).
 //   - Everything else is final, including Unimplemented (the spec forbids
 //     retrying it), a request refused before it was sent, and
 //     FailedPrecondition from ControllerPublishVolume: the volume is
@@ -107,7 +124,12 @@ func ClassOf(method string, err error) ErrorClass {
 		return ClassRetryable
 	}
 	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted, codes.Canceled:
+	case codes.Aborted:
+		if listings[method] {
+			return ClassFinal
+		}
+		return ClassRetryable
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Canceled:
 		return ClassRetryable
 	case codes.NotFound:
 		if alreadyDoneOnNotFound[method] {
@@ -115,6 +137,12 @@ func ClassOf(method string, err error) ErrorClass {
 		}
 	}
 	return ClassFinal
+}
+
+// IsInvalidToken reports whether err, from the listing call method, says
+// the starting token was not one the plugin handed out.
+func IsInvalidToken(method string, err error) bool {
+	return listings[method] && status.Code(err) == codes.Aborted
 }
 
 // Error is a failed plugin call, or a request refused before it was sent.

@@ -110,6 +110,7 @@ func (c *Client) Fingerprint(ctx context.Context, pluginID string, typ structs.C
 		if info == nil {
 			info = &structs.CSIControllerInfo{}
 		}
+		info.VolumeExpansion = caps.VolumeExpansion
 		controller = base.Copy()
 		controller.ControllerInfo = info
 	}

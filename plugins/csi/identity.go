@@ -6,6 +6,8 @@ import (
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+
+	"github.com/volplane/volplane/structs"
 )
 
 // PluginCapabilities are the services and constraints a plugin reports
@@ -16,6 +18,10 @@ type PluginCapabilities struct {
 	// VolumeAccessibilityConstraints: volumes are not equally reachable
 	// from every node; topologies must be honoured.
 	VolumeAccessibilityConstraints bool
+	// VolumeExpansion is structs.CSIVolumeExpansionOnline when published
+	// volumes can be expanded, structs.CSIVolumeExpansionOffline when only
+	// unpublished ones can, "" when the plugin says neither.
+	VolumeExpansion string
 }
 
 // PluginInfo returns the plugin's name and version (GetPluginInfo). A plugin
@@ -51,6 +57,14 @@ func (c *Client) PluginCapabilities(ctx context.Context) (*PluginCapabilities, e
 			out.ControllerService = true
 		case csipb.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS:
 			out.VolumeAccessibilityConstraints = true
+		}
+		switch cap.GetVolumeExpansion().GetType() {
+		case csipb.PluginCapability_VolumeExpansion_ONLINE:
+			out.VolumeExpansion = structs.CSIVolumeExpansionOnline
+		case csipb.PluginCapability_VolumeExpansion_OFFLINE:
+			if out.VolumeExpansion == "" {
+				out.VolumeExpansion = structs.CSIVolumeExpansionOffline
+			}
 		}
 	}
 	return out, nil

@@ -93,6 +93,8 @@ func (c *VolumesSchedulable) Feasible(node *structs.Node) bool {
 		v := r.Volume
 		switch {
 		case v == nil || v.Schedulable:
+		case v.UnschedulableReason != "":
+			return c.reasons.filter(node, "volume %q is unschedulable: %s", v.ID, v.UnschedulableReason)
 		case v.NodesHealthy == 0:
 			return c.reasons.filter(node, "volume %q is unschedulable: plugin %q has no healthy node plugins", v.ID, v.PluginID)
 		case v.ControllerRequired && v.ControllersHealthy == 0:

@@ -122,7 +122,7 @@ func TestVolumesSchedulable(t *testing.T) {
 		{name: "no healthy node plugin anywhere", world: func(s *schedtest.Store) {
 			defaultWorld(s)
 			s.Nodes(schedtest.Node("n1", schedtest.Plugin("dev", schedtest.Unhealthy)))
-		}, want: `volume "vol" is unschedulable: plugin "dev" has no healthy node plugins`},
+		}, want: `volume "vol" is unschedulable: plugin "dev" has no healthy node plugins (0/1)`},
 		{name: "healthy elsewhere is enough here", world: func(s *schedtest.Store) {
 			defaultWorld(s)
 			s.Nodes(schedtest.Node("n1", schedtest.Plugin("dev", schedtest.Unhealthy)), schedtest.Node("n2", schedtest.Plugin("dev")))
@@ -130,7 +130,7 @@ func TestVolumesSchedulable(t *testing.T) {
 		{name: "controller required and none", world: func(s *schedtest.Store) {
 			s.Nodes(schedtest.Node("n1", schedtest.Plugin("dev", func(i *structs.CSIInfo) { i.RequiresControllerPlugin = true })))
 			s.Volumes(schedtest.Volume("vol", "dev"))
-		}, want: `volume "vol" is unschedulable: plugin "dev" requires a controller and has no healthy controllers`},
+		}, want: `volume "vol" is unschedulable: plugin "dev" requires a controller and has no healthy controllers (0/0)`},
 	})
 }
 

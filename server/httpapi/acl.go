@@ -17,6 +17,12 @@ import (
 // servers' ACL table test.
 var routeEndpoints = map[string]string{
 	"GET /v1/volumes":                           "CSIVolume.List",
+	"PUT /v1/volumes/snapshot":                  "CSIVolume.CreateSnapshot",
+	"POST /v1/volumes/snapshot":                 "CSIVolume.CreateSnapshot",
+	"GET /v1/volumes/snapshot":                  "CSIVolume.ListSnapshots",
+	"DELETE /v1/volumes/snapshot":               "CSIVolume.DeleteSnapshot",
+	"GET /v1/volumes/external":                  "CSIVolume.ListExternal",
+	"PUT /v1/system/gc":                         "System.GarbageCollect",
 	"PUT /v1/volume/csi/{id}":                   "CSIVolume.Register",
 	"POST /v1/volume/csi/{id}":                  "CSIVolume.Register",
 	"GET /v1/volume/csi/{id}":                   "CSIVolume.Get",

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -22,6 +21,8 @@ type fakeBackend struct {
 	volumes map[string]*structs.CSIVolume // by namespace + "/" + ID
 	plugins map[string]*structs.CSIPlugin
 	nodes   map[string]*structs.Node
+	// snapshots are the plugins' snapshots, in creation order.
+	snapshots []*structs.CSISnapshot
 
 	leader   string
 	peers    []string
@@ -180,7 +181,7 @@ func (f *fakeBackend) RPC(method string, args, reply any) error {
 		f.index++
 		reply.(*structs.GenericResponse).Index = f.index
 	default:
-		return fmt.Errorf("fake backend: unknown method %q", method)
+		return f.lifecycleRPC(method, args, reply)
 	}
 	return nil
 }

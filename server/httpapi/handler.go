@@ -16,6 +16,14 @@
 //	PUT, POST   /v1/volume/csi/:id                            register; body {"Volumes":[...]}
 //	GET         /v1/volume/csi/:id                            one volume, sanitized
 //	DELETE      /v1/volume/csi/:id[?force=true]               deregister
+//	PUT, POST   /v1/volume/csi/:id/create                     create in the plugin, then register
+//	DELETE      /v1/volume/csi/:id/delete                     delete in the plugin, then deregister
+//	DELETE      /v1/volume/csi/:id/detach?node=               release the volume's claims on a node now
+//	PUT, POST   /v1/volumes/snapshot                          snapshot volumes; body {"Snapshots":[{"SourceVolumeID",...}]}
+//	GET         /v1/volumes/snapshot?plugin_id=               a page of a plugin's snapshots (per_page, next_token)
+//	DELETE      /v1/volumes/snapshot?plugin_id=&snapshot_id=  delete a snapshot
+//	GET         /v1/volumes/external?plugin_id=               a page of the volumes the plugin's storage provider holds
+//	PUT         /v1/system/gc                                 remove down nodes and unused plugins now
 //	GET         /v1/plugins?type=csi                          bare JSON array of plugin stubs
 //	GET         /v1/plugin/csi/:id                            one plugin
 //	GET         /v1/nodes                                     bare JSON array of node stubs
@@ -224,6 +232,12 @@ func (h *handler) routes() {
 		"POST /v1/volume/csi/{id}/create":           h.volumeCreate,
 		"DELETE /v1/volume/csi/{id}/delete":         h.volumeDelete,
 		"DELETE /v1/volume/csi/{id}/detach":         h.volumeDetach,
+		"PUT /v1/volumes/snapshot":                  h.snapshotCreate,
+		"POST /v1/volumes/snapshot":                 h.snapshotCreate,
+		"GET /v1/volumes/snapshot":                  h.snapshotList,
+		"DELETE /v1/volumes/snapshot":               h.snapshotDelete,
+		"GET /v1/volumes/external":                  h.volumeListExternal,
+		"PUT /v1/system/gc":                         h.systemGC,
 		"GET /v1/plugins":                           h.pluginList,
 		"GET /v1/plugin/csi/{id}":                   h.pluginGet,
 		"GET /v1/nodes":                             h.nodeList,

@@ -153,15 +153,9 @@ func (h *handler) volumeDelete(w http.ResponseWriter, r *http.Request) (any, err
 	if _, err := parseWriteRequest(r, &args.WriteRequest); err != nil {
 		return nil, err
 	}
-	if raw := r.Header.Get("X-Nomad-CSI-Secrets"); raw != "" {
-		args.Secrets = structs.CSISecrets{}
-		for _, kv := range strings.Split(raw, ",") {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				return nil, structs.ErrInvalid("X-Nomad-CSI-Secrets must be key=value pairs separated by commas")
-			}
-			args.Secrets[k] = v
-		}
+	var err error
+	if args.Secrets, err = csiSecretsHeader(r); err != nil {
+		return nil, err
 	}
 	var reply structs.CSIVolumeDeleteResponse
 	if err := h.backend.RPC("CSIVolume.Delete", &args, &reply); err != nil {

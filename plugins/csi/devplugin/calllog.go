@@ -43,6 +43,10 @@ type Call struct {
 	// PublishContext is the one ControllerPublishVolume returned, or the
 	// one NodeStageVolume and NodePublishVolume were given.
 	PublishContext map[string]string `json:"publish_context,omitempty"`
+	// RequiredBytes is the capacity range's required bytes a CreateVolume
+	// or an expansion asked for; CapacityBytes the size it answered.
+	RequiredBytes int64 `json:"required_bytes,omitempty"`
+	CapacityBytes int64 `json:"capacity_bytes,omitempty"`
 	// Code is how the call ended; Message is the error's message.
 	Code    codes.Code `json:"-"`
 	Message string     `json:"message,omitempty"`
@@ -172,9 +176,17 @@ func describeCall(method string, req, resp any) Call {
 	if r, ok := req.(interface{ GetPublishContext() map[string]string }); ok {
 		c.PublishContext = cloneMap(r.GetPublishContext())
 	}
+	if r, ok := req.(interface{ GetCapacityRange() *csi.CapacityRange }); ok {
+		c.RequiredBytes = r.GetCapacityRange().GetRequiredBytes()
+	}
 	switch r := resp.(type) {
 	case *csi.CreateVolumeResponse:
 		c.VolumeID = r.GetVolume().GetVolumeId()
+		c.CapacityBytes = r.GetVolume().GetCapacityBytes()
+	case *csi.ControllerExpandVolumeResponse:
+		c.CapacityBytes = r.GetCapacityBytes()
+	case *csi.NodeExpandVolumeResponse:
+		c.CapacityBytes = r.GetCapacityBytes()
 	case *csi.CreateSnapshotResponse:
 		c.SnapshotID = r.GetSnapshot().GetSnapshotId()
 	case *csi.CreateVolumeGroupSnapshotResponse:

@@ -25,7 +25,7 @@ type controllerServer struct {
 
 func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	var caps []*csi.ControllerServiceCapability
-	for _, t := range controllerRPCs {
+	for _, t := range s.p.controllerCapabilities() {
 		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
 			Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
 	}
@@ -154,6 +154,12 @@ func (s *controllerServer) contentSource(st *state, src *csi.VolumeContentSource
 	switch {
 	case src == nil:
 		return nil, "", 0, nil
+	case src.GetSnapshot() != nil && !s.p.has(CapabilityCreateDeleteSnapshot):
+		return nil, "", 0, errorf(codes.InvalidArgument, "volumes from snapshots are not offered: this instance was started without %s",
+			CapabilityCreateDeleteSnapshot)
+	case src.GetVolume() != nil && !s.p.has(CapabilityCloneVolume):
+		return nil, "", 0, errorf(codes.InvalidArgument, "cloning is not offered: this instance was started without %s",
+			CapabilityCloneVolume)
 	case src.GetSnapshot() != nil:
 		id := src.GetSnapshot().GetSnapshotId()
 		snap := st.Snapshots[id]
@@ -465,10 +471,11 @@ func (s *controllerServer) ListVolumes(_ context.Context, req *csi.ListVolumesRe
 		out.NextToken = next
 		for _, id := range page {
 			v := st.Volumes[id]
-			out.Entries = append(out.Entries, &csi.ListVolumesResponse_Entry{
-				Volume: v.toCSI(),
-				Status: &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: v.publishedNodes()},
-			})
+			e := &csi.ListVolumesResponse_Entry{Volume: v.toCSI()}
+			if s.p.has("controller:LIST_VOLUMES_PUBLISHED_NODES") {
+				e.Status = &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: v.publishedNodes()}
+			}
+			out.Entries = append(out.Entries, e)
 		}
 		return nil
 	})

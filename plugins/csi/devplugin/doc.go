@@ -9,12 +9,17 @@
 // directory can honestly provide: volumes (mount access type only; block
 // is refused), publication, listing with published nodes, capacity,
 // snapshots, group snapshots and clones (copies of the data directory),
-// expansion (online; nothing to do on the node), modification (the mutable
-// parameter "tier", standard or fast, recorded only), volume statistics
-// and health, and the SINGLE_NODE_SINGLE_WRITER and SINGLE_NODE_MULTI_WRITER
-// access modes. A volume's context is its creation parameters. It does not
-// claim SNAPSHOT_ACCESSIBILITY_CONSTRAINTS: a snapshot is a copy in the
-// shared state directory, usable from every topology.
+// expansion (online; the controller grows the volume and each node where
+// it is staged or published sees the new size once NodeExpandVolume ran
+// there), modification (the mutable parameter "tier", standard or fast,
+// recorded only), volume statistics and health, and the
+// SINGLE_NODE_SINGLE_WRITER and SINGLE_NODE_MULTI_WRITER access modes. A
+// volume's context is its creation parameters. It does not claim
+// SNAPSHOT_ACCESSIBILITY_CONSTRAINTS: a snapshot is a copy in the shared
+// state directory, usable from every topology. Any capability can be
+// switched off per instance (Config.Disable, see disable.go), so that a CO's
+// tests cover plugins without it, node plugins without STAGE_UNSTAGE_VOLUME
+// among them.
 //
 // # Instances sharing a state directory
 //

@@ -25,10 +25,17 @@ func (s *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCa
 	caps := []*csi.PluginCapability{
 		service(csi.PluginCapability_Service_CONTROLLER_SERVICE),
 		service(csi.PluginCapability_Service_GROUP_CONTROLLER_SERVICE),
-		// Expanding a directory needs nothing from the node, so published
-		// volumes can be expanded.
-		{Type: &csi.PluginCapability_VolumeExpansion_{VolumeExpansion: &csi.PluginCapability_VolumeExpansion{
-			Type: csi.PluginCapability_VolumeExpansion_ONLINE}}},
+	}
+	if s.p.has(CapabilityControllerExpand) || s.p.has(CapabilityNodeExpand) {
+		// Expanding a directory needs nothing that would stop a task
+		// using it, so published volumes can be expanded, unless the
+		// instance was told otherwise.
+		expansion := csi.PluginCapability_VolumeExpansion_ONLINE
+		if !s.p.has(CapabilityOnlineExpansion) {
+			expansion = csi.PluginCapability_VolumeExpansion_OFFLINE
+		}
+		caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{
+			VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: expansion}}})
 	}
 	if len(s.p.cfg.Topology) > 0 {
 		// Not SNAPSHOT_ACCESSIBILITY_CONSTRAINTS: a snapshot is a copy in

@@ -20,7 +20,7 @@ type nodeServer struct {
 
 func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
 	var caps []*csi.NodeServiceCapability
-	for _, t := range nodeRPCs {
+	for _, t := range s.p.nodeCapabilities() {
 		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{
 			Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
 	}
@@ -52,11 +52,16 @@ func nodeCapability(c *csi.VolumeCapability) (capability, error) {
 }
 
 // controllerPublished returns the volume and its controller publication to
-// this node, which every node call that uses a volume needs first.
-func (s *nodeServer) controllerPublished(st *state, volID string, given map[string]string) (*volume, *controllerPublication, error) {
+// this node, which every node call that uses a volume needs first. An
+// instance without PUBLISH_UNPUBLISH_VOLUME publishes nothing: the
+// publication is then the call's own capability cp, writable.
+func (s *nodeServer) controllerPublished(st *state, volID string, cp capability, given map[string]string) (*volume, *controllerPublication, error) {
 	v := st.Volumes[volID]
 	if v == nil {
 		return nil, nil, errorf(codes.NotFound, "volume %q does not exist", volID)
+	}
+	if !s.p.has(rpcCapability["ControllerPublishVolume"]) {
+		return v, &controllerPublication{Capability: cp}, nil
 	}
 	pub := v.Publications[s.p.cfg.NodeID]
 	if pub == nil {
@@ -89,7 +94,7 @@ func (s *nodeServer) NodeStageVolume(_ context.Context, req *csi.NodeStageVolume
 		return nil, errorf(codes.FailedPrecondition, "staging_target_path %s is not a directory (the CO creates it)", path)
 	}
 	err = s.p.store.update(func(st *state) error {
-		_, pub, err := s.controllerPublished(st, volID, req.GetPublishContext())
+		v, pub, err := s.controllerPublished(st, volID, cp, req.GetPublishContext())
 		if err != nil {
 			return err
 		}
@@ -108,6 +113,7 @@ func (s *nodeServer) NodeStageVolume(_ context.Context, req *csi.NodeStageVolume
 			return nil
 		}
 		n.Staged[volID] = &staging{Path: path, Capability: cp}
+		n.noteSize(v)
 		return nil
 	})
 	if err != nil {
@@ -141,6 +147,7 @@ func (s *nodeServer) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVo
 				volID, n.ID, targets)
 		}
 		delete(n.Staged, volID)
+		delete(n.Sizes, volID)
 		return nil
 	})
 	if err != nil {
@@ -176,21 +183,28 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVo
 	if err != nil {
 		return nil, err
 	}
-	if staging == "" {
+	stages := s.p.has(CapabilityStageUnstage)
+	switch {
+	case stages && staging == "":
 		return nil, errorf(codes.FailedPrecondition, "staging_target_path is required: the plugin has STAGE_UNSTAGE_VOLUME")
+	case !stages && staging != "":
+		return nil, errorf(codes.InvalidArgument, "staging_target_path %s given, but this instance has no STAGE_UNSTAGE_VOLUME: nothing was staged", staging)
 	}
 	err = s.p.store.update(func(st *state) error {
-		v, pub, err := s.controllerPublished(st, volID, req.GetPublishContext())
+		v, pub, err := s.controllerPublished(st, volID, cp, req.GetPublishContext())
 		if err != nil {
 			return err
 		}
 		n := st.node(s.p.cfg.NodeID)
 		stg := n.Staged[volID]
 		switch {
-		case stg == nil:
+		case stages && stg == nil:
 			return errorf(codes.FailedPrecondition, "volume %s is not staged on node %s: NodeStageVolume must succeed first", volID, n.ID)
-		case stg.Path != staging:
+		case stages && stg.Path != staging:
 			return errorf(codes.FailedPrecondition, "volume %s is staged on node %s at %s, not %s", volID, n.ID, stg.Path, staging)
+		case !stages && pub.Capability.AccessMode != cp.AccessMode:
+			return errorf(codes.FailedPrecondition, "volume %s was controller-published with access mode %s, not %s",
+				volID, pub.Capability.AccessMode, cp.AccessMode)
 		case pub.ReadOnly && !req.GetReadonly():
 			return errorf(codes.FailedPrecondition, "volume %s was controller-published read-only", volID)
 		}
@@ -219,6 +233,7 @@ func (s *nodeServer) NodePublishVolume(_ context.Context, req *csi.NodePublishVo
 			return err
 		}
 		n.Published[target] = &publication{VolumeID: volID, StagingPath: staging, Capability: cp, ReadOnly: req.GetReadonly()}
+		n.noteSize(v)
 		return nil
 	})
 	if err != nil {
@@ -290,6 +305,9 @@ func (s *nodeServer) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpubli
 			s.p.logger.Warn("target path is no longer the plugin's link; leaving it", "target_path", target)
 		}
 		delete(n.Published, target)
+		if n.Staged[volID] == nil && len(n.targetsOf(volID)) == 0 {
+			delete(n.Sizes, volID)
+		}
 		return nil
 	})
 	if err != nil {
@@ -320,6 +338,27 @@ func (s *nodeServer) onNode(st *state, volID, path string) (*volume, error) {
 	return nil, errorf(codes.NotFound, "volume %s is not staged or published at %q on node %s", volID, path, s.p.cfg.NodeID)
 }
 
+// noteSize records, when the volume is first staged or published on the
+// node, the size the node sees: with node expansion, it grows only through
+// NodeExpandVolume.
+func (n *node) noteSize(v *volume) {
+	if _, ok := n.Sizes[v.ID]; !ok {
+		n.Sizes[v.ID] = v.CapacityBytes
+	}
+}
+
+// sizeOn is the size of v as this node sees it: what it was when the node
+// took it, grown by NodeExpandVolume, for an instance with node expansion;
+// the controller's size otherwise.
+func (s *nodeServer) sizeOn(st *state, v *volume) int64 {
+	if n := st.Nodes[s.p.cfg.NodeID]; n != nil && s.p.has(CapabilityNodeExpand) {
+		if size, ok := n.Sizes[v.ID]; ok {
+			return size
+		}
+	}
+	return v.CapacityBytes
+}
+
 func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	switch {
 	case req.GetVolumeId() == "":
@@ -327,9 +366,14 @@ func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolum
 	case req.GetVolumePath() == "":
 		return nil, errorf(codes.InvalidArgument, "volume_path is required")
 	}
-	var v *volume
+	var (
+		v    *volume
+		size int64
+	)
 	if err := s.p.store.view(func(st *state) (err error) {
-		v, err = s.onNode(st, req.GetVolumeId(), req.GetVolumePath())
+		if v, err = s.onNode(st, req.GetVolumeId(), req.GetVolumePath()); err == nil {
+			size = s.sizeOn(st, v)
+		}
 		return err
 	}); err != nil {
 		return nil, err
@@ -339,7 +383,7 @@ func (s *nodeServer) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolum
 		return nil, errorf(codes.Internal, "measuring volume %s: %v", v.ID, err)
 	}
 	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
-		{Unit: csi.VolumeUsage_BYTES, Total: v.CapacityBytes, Used: used, Available: max(0, v.CapacityBytes-used)},
+		{Unit: csi.VolumeUsage_BYTES, Total: size, Used: used, Available: max(0, size-used)},
 		{Unit: csi.VolumeUsage_INODES, Used: inodes},
 	}}, nil
 }
@@ -357,16 +401,20 @@ func (s *nodeServer) NodeExpandVolume(_ context.Context, req *csi.NodeExpandVolu
 		}
 	}
 	var v *volume
-	if err := s.p.store.view(func(st *state) (err error) {
-		v, err = s.onNode(st, req.GetVolumeId(), req.GetVolumePath())
-		return err
-	}); err != nil {
+	err := s.p.store.update(func(st *state) (err error) {
+		if v, err = s.onNode(st, req.GetVolumeId(), req.GetVolumePath()); err != nil {
+			return err
+		}
+		// The node's view of the size catches up with the controller's,
+		// as a file system grown into a larger device would.
+		if req.GetCapacityRange().GetRequiredBytes() > v.CapacityBytes {
+			return errorf(codes.OutOfRange, "volume %s has %d bytes: ControllerExpandVolume must grow it first", v.ID, v.CapacityBytes)
+		}
+		st.node(s.p.cfg.NodeID).Sizes[v.ID] = v.CapacityBytes
+		return nil
+	})
+	if err != nil {
 		return nil, err
-	}
-	// A directory has no file system to grow: the node sees whatever size
-	// the controller gave the volume.
-	if req.GetCapacityRange().GetRequiredBytes() > v.CapacityBytes {
-		return nil, errorf(codes.OutOfRange, "volume %s has %d bytes: ControllerExpandVolume must grow it first", v.ID, v.CapacityBytes)
 	}
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: v.CapacityBytes}, nil
 }

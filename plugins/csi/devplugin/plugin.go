@@ -52,6 +52,10 @@ type Config struct {
 	// answering NOT_FOUND, so that volumes registered by hand with
 	// `volplane agent -dev` work without a CreateVolume call.
 	CreateOnDemand bool
+	// Disable names capabilities this instance does not have (see
+	// disable.go): "controller:CREATE_DELETE_SNAPSHOT",
+	// "node:STAGE_UNSTAGE_VOLUME", "plugin:ONLINE", ...
+	Disable []string
 	// Logger receives the plugin's logs; nothing is logged when nil.
 	Logger hclog.Logger
 }
@@ -60,8 +64,10 @@ type Config struct {
 type Plugin struct {
 	cfg    Config
 	socket string
-	store  *store
-	logger hclog.Logger
+	// disabled are the capabilities of Config.Disable.
+	disabled map[string]bool
+	store    *store
+	logger   hclog.Logger
 
 	// stopCtx ends hanging faults when the plugin stops.
 	stopCtx context.Context
@@ -103,6 +109,10 @@ func New(cfg Config) (*Plugin, error) {
 		}
 	}
 	cfg.Topology = cloneMap(cfg.Topology)
+	disabled, err := checkDisable(cfg.Disable)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
@@ -112,10 +122,11 @@ func New(cfg Config) (*Plugin, error) {
 		}
 	}
 	p := &Plugin{
-		cfg:    cfg,
-		socket: socket,
-		store:  &store{dir: dir},
-		logger: cfg.Logger.Named("devplugin").With("node_id", cfg.NodeID),
+		cfg:      cfg,
+		socket:   socket,
+		disabled: disabled,
+		store:    &store{dir: dir},
+		logger:   cfg.Logger.Named("devplugin").With("node_id", cfg.NodeID),
 	}
 	p.stopCtx, p.stop = context.WithCancel(context.Background())
 	if err := p.store.view(func(*state) error { return nil }); err != nil {
@@ -235,7 +246,9 @@ func (p *Plugin) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
 	resp, injected, err := p.applyFault(ctx, method)
 	if !injected {
-		resp, err = handler(ctx, req)
+		if err = p.disabledCall(method); err == nil {
+			resp, err = handler(ctx, req)
+		}
 	}
 	err = toStatus(err)
 	c := describeCall(method, req, resp)

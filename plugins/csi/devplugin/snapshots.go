@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -179,6 +180,10 @@ func (s *controllerServer) ControllerExpandVolume(_ context.Context, req *csi.Co
 		if limit := req.GetCapacityRange().GetLimitBytes(); limit > 0 && limit < v.CapacityBytes {
 			return errorf(codes.OutOfRange, "volume %s has %d bytes; volumes do not shrink", v.ID, v.CapacityBytes)
 		}
+		if size > v.CapacityBytes && len(v.Publications) > 0 && !s.p.has(CapabilityOnlineExpansion) {
+			return errorf(codes.FailedPrecondition, "volume %s is controller-published to node(s) %s and this instance expands volumes offline only",
+				v.ID, strings.Join(v.publishedNodes(), ", "))
+		}
 		// Asking for less than the volume has is asking for what is done.
 		v.CapacityBytes = max(v.CapacityBytes, size)
 		capacity = v.CapacityBytes
@@ -187,9 +192,9 @@ func (s *controllerServer) ControllerExpandVolume(_ context.Context, req *csi.Co
 	if err != nil {
 		return nil, err
 	}
-	// Published volumes see the new size at once: there is no file system
-	// on the node to grow.
-	return &csi.ControllerExpandVolumeResponse{CapacityBytes: capacity, NodeExpansionRequired: false}, nil
+	// With node expansion, a node sees the new size once NodeExpandVolume
+	// grew it there (see nodeServer.sizeOn); without, at once.
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: capacity, NodeExpansionRequired: s.p.has(CapabilityNodeExpand)}, nil
 }
 
 func (s *controllerServer) ControllerModifyVolume(_ context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {

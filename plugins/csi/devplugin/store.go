@@ -88,6 +88,9 @@ type node struct {
 	Staged map[string]*staging `json:"staged,omitempty"`
 	// Published is by target path.
 	Published map[string]*publication `json:"published,omitempty"`
+	// Sizes are the sizes of the volumes staged or published here, as
+	// this node sees them (see nodeServer.sizeOn).
+	Sizes map[string]int64 `json:"sizes,omitempty"`
 }
 
 type staging struct {
@@ -259,6 +262,9 @@ func (st *state) node(id string) *node {
 	}
 	if n.Published == nil {
 		n.Published = map[string]*publication{}
+	}
+	if n.Sizes == nil {
+		n.Sizes = map[string]int64{}
 	}
 	return n
 }

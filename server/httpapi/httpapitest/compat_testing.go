@@ -45,6 +45,7 @@ const (
 	CompatNodeSecret = "compat-node-secret-2f9c0a71"
 	compatVolSecret  = "compat-volume-secret-5d21be09"
 	compatFlagSecret = "password=compat-flag-secret-77e4"
+	compatSnapSecret = "compat-snapshot-secret-31aa07"
 )
 
 // NewFixture returns the suite's node and plugin, before seeding.
@@ -61,7 +62,8 @@ func NewFixture() *Fixture {
 			RequiresControllerPlugin: true,
 		}
 		if controller {
-			i.ControllerInfo = &structs.CSIControllerInfo{SupportsAttachDetach: true, SupportsListVolumes: true}
+			i.ControllerInfo = &structs.CSIControllerInfo{SupportsAttachDetach: true, SupportsListVolumes: true,
+				SupportsCreateDeleteSnapshot: true, SupportsListSnapshots: true}
 		} else {
 			i.NodeInfo = &structs.CSINodeInfo{ID: "compat-ext-node-1", MaxVolumes: 8, RequiresNodeStageVolume: true}
 		}
@@ -106,6 +108,9 @@ func RunNomadClientCompat(t *testing.T, addr string, seed func(t *testing.T, fx 
 	t.Run("nodes", c.nodes)
 	t.Run("plugins", c.plugins)
 	t.Run("volumes", c.volumes)
+	t.Run("snapshots", c.snapshots)
+	t.Run("external volumes", c.externalVolumes)
+	t.Run("system gc", c.systemGC)
 	t.Run("not found", c.notFound)
 }
 
@@ -341,7 +346,7 @@ func (c *compat) noSecrets(t *testing.T, paths ...string) {
 		_ = resp.Body.Close()
 		must.NoError(t, err)
 		must.Eq(t, http.StatusOK, resp.StatusCode, must.Sprintf("GET %s: %s", p, body))
-		for _, secret := range []string{compatVolSecret, compatFlagSecret, CompatNodeSecret} {
+		for _, secret := range []string{compatVolSecret, compatFlagSecret, CompatNodeSecret, compatSnapSecret} {
 			must.StrNotContains(t, string(body), secret, must.Sprintf("GET %s leaks a secret", p))
 		}
 	}
