@@ -128,6 +128,7 @@ var aclRules = map[string]aclRule{
 	"Keyring.List":      tokenRule(operatorNeed(levelRead)),
 	"Keyring.Rotate":    tokenRule(operatorNeed(levelWrite)),
 	"Keyring.ExportKEK": serverRule(),
+	"Keyring.ImportKEK": serverRule(),
 
 	"Node.Register":        nodeRule(),
 	"Node.UpdateStatus":    nodeRule(),

@@ -42,6 +42,7 @@ var rpcAccess = map[string]roleSet{
 	"Keyring.Rotate":           serverOnly,
 	"Keyring.List":             serverOnly,
 	"Keyring.ExportKEK":        serverOnly,
+	"Keyring.ImportKEK":        serverOnly,
 
 	"Node.Register":                      nodeFacing,
 	"Node.UpdateStatus":                  nodeFacing,

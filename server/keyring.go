@@ -165,6 +165,23 @@ func (k *keyring) ensureKEK(want string) error {
 	return k.setKEKLocked(kek)
 }
 
+// currentKEKID names the KEK this server holds, "" for none.
+func (k *keyring) currentKEKID() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.kekID
+}
+
+// importKEK stores a KEK another server handed out.
+func (k *keyring) importKEK(kek []byte) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.kekID == kekID(kek) {
+		return nil
+	}
+	return k.setKEKLocked(kek)
+}
+
 // exportKEK returns this server's KEK when it is the one named.
 func (k *keyring) exportKEK(id string) ([]byte, bool) {
 	k.mu.Lock()

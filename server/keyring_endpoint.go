@@ -1,7 +1,11 @@
 package server
 
 import (
+	"errors"
+	"fmt"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -103,6 +107,12 @@ func (s *Server) addRootKey() (*structs.RootKey, uint64, error) {
 		want = active.KEKID
 	}
 	if err := s.keyring.ensureKEK(want); err != nil {
+		return nil, 0, err
+	}
+	// A quorum of servers holds the KEK before anything is sealed with
+	// it: whichever of them leads next can open the secrets, even if this
+	// server is never seen again.
+	if err := s.distributeKEK(); err != nil {
 		return nil, 0, err
 	}
 	key, err := s.keyring.newRootKey()
@@ -208,16 +218,100 @@ func (s *Server) watchKeyring() {
 	}
 }
 
-// fetchKEK asks the other servers, in turn, for the KEK named id.
+// fetchKEK asks the other servers, all at once, for the KEK named id, and
+// takes the first answer: a paused server must not hold up the others'.
 func (s *Server) fetchKEK(id string) ([]byte, error) {
-	var last error = structs.ErrNotFound("no other server to ask")
-	for _, addr := range s.OtherServers() {
-		var reply structs.KeyringExportResponse
-		if err := s.pool.RPC(addr, "Keyring.ExportKEK", &structs.KeyringExportRequest{KEKID: id}, &reply); err != nil {
-			last = err
+	others := s.OtherServers()
+	if len(others) == 0 {
+		return nil, structs.ErrNotFound("no other server to ask")
+	}
+	type answer struct {
+		kek []byte
+		err error
+	}
+	answers := make(chan answer, len(others))
+	for _, addr := range others {
+		go func() {
+			var reply structs.KeyringExportResponse
+			err := s.pool.RPC(addr, "Keyring.ExportKEK", &structs.KeyringExportRequest{KEKID: id}, &reply)
+			answers <- answer{reply.KEK, err}
+		}()
+	}
+	var errs []error
+	for range others {
+		a := <-answers
+		if a.err == nil {
+			return a.kek, nil
+		}
+		errs = append(errs, a.err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// distributeKEK gives this server's KEK to every other voter, and returns
+// once a quorum of voters (this one included) holds it.
+func (s *Server) distributeKEK() error {
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return raftError(err)
+	}
+	voters := 0
+	var others []string
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage != raft.Voter {
 			continue
 		}
-		return reply.KEK, nil
+		voters++
+		if srv.ID != raft.ServerID(s.nodeID) {
+			others = append(others, string(srv.Address))
+		}
 	}
-	return nil, last
+	kek, ok := s.keyring.exportKEK(s.keyring.currentKEKID())
+	if !ok {
+		return errors.New("no key-encryption key to hand out")
+	}
+	need := voters/2 + 1 - 1 // this server holds it
+	errs := make(chan error, len(others))
+	for _, addr := range others {
+		go func() {
+			errs <- s.pool.RPC(addr, "Keyring.ImportKEK", &structs.KeyringImportRequest{KEK: kek}, &structs.GenericResponse{})
+		}()
+	}
+	var failed []error
+	for range others {
+		if need <= 0 {
+			break
+		}
+		if err := <-errs; err != nil {
+			failed = append(failed, err)
+		} else {
+			need--
+		}
+	}
+	if need > 0 {
+		return fmt.Errorf("handing the key-encryption key to a quorum of servers: %w", errors.Join(failed...))
+	}
+	return nil
+}
+
+// ImportKEK takes the key-encryption key from the leader that is about to
+// seal with it. A server that holds another KEK keeps its own while its
+// state has root keys wrapped by it.
+func (e *Keyring) ImportKEK(args *structs.KeyringImportRequest, reply *structs.GenericResponse) error {
+	if len(args.KEK) != keySize {
+		return structs.ErrInvalid("key-encryption key of %d bytes, want %d", len(args.KEK), keySize)
+	}
+	id := kekID(args.KEK)
+	if cur := e.srv.keyring.currentKEKID(); cur != "" && cur != id {
+		iter, err := e.srv.State().RootKeys(nil)
+		if err != nil {
+			return err
+		}
+		for raw := iter.Next(); raw != nil; raw = iter.Next() {
+			if raw.(*structs.RootKey).KEKID == cur {
+				return structs.ErrConflict("this server's key-encryption key %s wraps root keys already", cur)
+			}
+		}
+	}
+	return e.srv.keyring.importKEK(args.KEK)
 }

@@ -198,3 +198,28 @@ func TestKeyring_MissingKeystoreRefusesStart(t *testing.T) {
 	must.True(t, errors.Is(err, errKeystoreMissing), must.Sprint(err))
 	must.StrContains(t, err.Error(), "copy the keystore directory from another server")
 }
+
+// The leader hands the KEK to a quorum before it seals anything with it:
+// lost right after it set up the keyring, a new leader still can.
+func TestKeyring_QuorumHoldsTheKEK(t *testing.T) {
+	servers := TestCluster(t, 3, nil)
+	leader := WaitForLeader(t, servers...)
+	holders := 0
+	for _, s := range servers {
+		if s.keyring.currentKEKID() != "" {
+			holders++
+		}
+	}
+	must.GreaterEq(t, 2, holders, must.Sprint("a quorum of the 3 servers holds the KEK once the leader is ready"))
+
+	must.NoError(t, leader.Shutdown())
+	next := WaitForLeaderOf(t, followers(servers, leader))
+	registerNode(t, next, "dev")
+	vol := mock.CSIVolume("dev")
+	registerVolume(t, next, vol)
+	stored, err := next.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+	must.NoError(t, err)
+	opened, err := next.openVolume(stored)
+	must.NoError(t, err)
+	must.Eq(t, mockSecret, opened.Secrets["token"])
+}

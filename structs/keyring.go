@@ -130,6 +130,13 @@ type KeyringExportResponse struct {
 	KEK []byte `json:"-"`
 }
 
+// KeyringImportRequest hands a server the key-encryption key the leader
+// is about to seal with; servers only, over mutual TLS.
+type KeyringImportRequest struct {
+	KEK []byte `json:"-"`
+	GenericRequest
+}
+
 // CSIVolumeResealRequest replaces the sealed secrets and mount flags of
 // volumes (a full keyring rotation); nothing else about them changes.
 type CSIVolumeResealRequest struct {
