@@ -72,6 +72,7 @@ var rpcAccess = map[string]roleSet{
 	"ClientCSI.ControllerValidateVolume": serverOnly,
 	"ClientCSI.ControllerCreateVolume":   serverOnly,
 	"ClientCSI.ControllerDeleteVolume":   serverOnly,
+	"FileSystem.Logs":                    serverOnly,
 }
 
 // callerRole is the role of a network peer: RoleNone for a plaintext

@@ -40,6 +40,8 @@
 //	GET         /v1/operator/keyring/keys                     the root keys (never their material)
 //	GET         /v1/event/stream[?topic=&index=]              newline-delimited JSON events of this server's state (see eventStream)
 //	GET         /v1/metrics                                   Prometheus text format
+//	GET         /v1/client/fs/logs/:alloc?task=&type=[&follow=&origin=&offset=&plain=]  a task's stdout or stderr (see allocLogs)
+//	GET         /ui/                                          the web UI (see ui.go); / redirects there
 //
 // Reads take index, wait, stale, namespace, region, prefix, per_page and
 // next_token, and answer with X-Nomad-Index, X-Nomad-KnownLeader,
@@ -60,6 +62,7 @@ import (
 
 	"github.com/volplane/volplane/state"
 	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/ui"
 )
 
 // Backend is the server as the HTTP API sees it.
@@ -231,11 +234,14 @@ func (h *handler) routes() {
 	}
 	// Routes that write their own answer: a stream, and a foreign format.
 	for pattern, fn := range map[string]http.HandlerFunc{
-		"GET /v1/event/stream": h.eventStream,
-		"GET /v1/metrics":      h.metrics,
+		"GET /v1/event/stream":           h.eventStream,
+		"GET /v1/metrics":                h.metrics,
+		"GET /v1/client/fs/logs/{alloc}": h.allocLogs,
+		"GET /{$}":                       uiRedirect,
 	} {
 		h.mux.HandleFunc(pattern, fn)
 	}
+	h.mux.Handle("GET /ui/", uiHandler(ui.Bundle()))
 }
 
 // ServeHTTP logs every request at debug level: method, path, status and
