@@ -24,7 +24,7 @@ const (
 type painter bool
 
 func (p painter) paint(style, s string) string {
-	if !p || s == "" {
+	if !p || s == "" || style == "" {
 		return s
 	}
 	return style + s + styleReset

@@ -112,11 +112,15 @@ func (m *jobMonitor) observe(job *structs.Job, allocs []*structs.Allocation) []c
 				out = append(out, change{"", fmt.Sprintf("Allocation %q created: node %q, group %q",
 					shortID(a.ID, false), shortID(a.NodeID, false), a.TaskGroup)})
 			}
-			seen.status = a.ClientStatus
+			// A new allocation starts pending: how far it got already is
+			// news. One known from before: only its changes are.
+			seen.status = structs.AllocClientStatusPending
 			if a.CreateIndex <= m.since {
-				// Known from before: only its changes are news.
+				seen.status = a.ClientStatus
 				for alias, st := range a.VolumeStates {
-					seen.steps[alias] = volumeStepText(st)
+					if st != nil {
+						seen.steps[alias] = volumeStepText(st)
+					}
 				}
 			}
 		}
@@ -172,7 +176,7 @@ func blockedSummary(reasons []string) string {
 	case 1:
 		return oneLine(reasons[0])
 	}
-	return fmt.Sprintf("%s (and %d more reasons)", oneLine(reasons[0]), len(reasons)-1)
+	return fmt.Sprintf("%s (and %s)", oneLine(reasons[0]), plural(len(reasons)-1, "more reason"))
 }
 
 func statusStyle(status string) string {

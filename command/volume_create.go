@@ -222,7 +222,9 @@ func (c *VolumeDetachCommand) detachFollowing(client *api.Client, volID, nodeID 
 	var res *result
 	var settle <-chan time.Time
 	for {
-		if res != nil && (len(open) == 0 || res.err != nil || events == nil) {
+		// Once the detach returned: done when its claims were seen freed.
+		// Until the first event, the stream may just lag the answer.
+		if res != nil && (res.err != nil || events == nil || (shown > 0 && len(open) == 0)) {
 			return res.steps, shown, res.err
 		}
 		select {
