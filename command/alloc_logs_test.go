@@ -81,7 +81,7 @@ func TestAllocLogs_Tail(t *testing.T) {
 	must.Eq(t, 0, r.code, must.Sprint(r.stderr))
 	must.Eq(t, "five\n", r.out)
 	reqs = f.requests()
-	must.Eq(t, "follow=true&offset=24&type=stdout", reqs[len(reqs)-1].Query)
+	must.Eq(t, "follow=true&offset=24&origin=start&type=stdout", reqs[len(reqs)-1].Query)
 
 	r = run(t, "", "alloc", "logs", "-n", "1", "-c", "2", "aaaaaaaa")
 	must.Eq(t, 1, r.code)
