@@ -93,7 +93,13 @@ func TestFileSystemLogs(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the follower did not end after the task did")
 	}
-	waitAlloc(t, srv, allocID, clientStatus(structs.AllocClientStatusComplete))
+	a := waitAlloc(t, srv, allocID, clientStatus(structs.AllocClientStatusComplete))
+	// The task's end is reported with the allocation's.
+	must.NotNil(t, a.TaskStates["t"])
+	must.Eq(t, structs.TaskStateDead, a.TaskStates["t"].State)
+	must.False(t, a.TaskStates["t"].Failed)
+	must.Eq(t, "task t: exit code 0", a.TaskStates["t"].Description)
+	must.Positive(t, a.TaskStates["t"].StartedAt)
 	r, err = logs(structs.FSLogsRequest{Wait: 5 * time.Second})
 	must.NoError(t, err)
 	must.Eq(t, "hello\nbye\n", string(r.Data))

@@ -124,3 +124,14 @@ func TestLastLines(t *testing.T) {
 		must.Eq(t, tc.want, string(lastLines([]byte(tc.in), tc.n)), must.Sprint(tc))
 	}
 }
+
+// alloc status lists the tasks as the client reported them.
+func TestAllocStatus_Tasks(t *testing.T) {
+	a := &structs.Allocation{TaskStates: map[string]*structs.TaskState{
+		"web":  {State: "running", StartedAt: fixedNow().UnixNano()},
+		"init": {State: "dead", Failed: true, Description: "task init: exit code 3"},
+	}}
+	must.Eq(t, "Task  State    Failed  Started               Finished  Description\n"+
+		"init  dead     true    <none>                <none>    task init: exit code 3\n"+
+		"web   running  false   2026-11-25T10:00:00Z  <none>    <none>", taskStates(a))
+}

@@ -94,6 +94,16 @@ func (e *Node) UpdateAlloc(args *structs.NodeUpdateAllocRequest, reply *structs.
 				c.VolumeStates[k] = &vc
 			}
 		}
+		if u.TaskStates != nil {
+			c.TaskStates = map[string]*structs.TaskState{}
+			for k, v := range u.TaskStates {
+				if v == nil {
+					return structs.ErrInvalid("allocation %q: empty state of task %q", u.ID, k)
+				}
+				vc := *v
+				c.TaskStates[k] = &vc
+			}
+		}
 		// The rule the FSM applies again to the allocation as it is then.
 		if _, err := a.MergeClientUpdate(c); err != nil {
 			if structs.CodeOf(err) == structs.ErrCodeConflict {
@@ -104,7 +114,8 @@ func (e *Node) UpdateAlloc(args *structs.NodeUpdateAllocRequest, reply *structs.
 			return err
 		}
 		if c.ClientStatus == a.ClientStatus && c.ClientDescription == a.ClientDescription &&
-			maps.EqualFunc(c.VolumeStates, a.VolumeStates, func(x, y *structs.AllocVolumeState) bool { return *x == *y }) {
+			maps.EqualFunc(c.VolumeStates, a.VolumeStates, func(x, y *structs.AllocVolumeState) bool { return *x == *y }) &&
+			maps.EqualFunc(c.TaskStates, a.TaskStates, func(x, y *structs.TaskState) bool { return x != nil && y != nil && *x == *y }) {
 			continue
 		}
 		changed = append(changed, c)
