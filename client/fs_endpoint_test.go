@@ -119,4 +119,3 @@ func TestFileSystemLogs(t *testing.T) {
 	err = srv.RPC("FileSystem.Logs", &structs.FSLogsRequest{AllocID: allocID, QueryOptions: structs.QueryOptions{Namespace: "other"}}, &reply)
 	must.Eq(t, structs.ErrCodeNotFound, structs.CodeOf(err))
 }
-
