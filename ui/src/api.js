@@ -156,9 +156,9 @@ export function subscribe(topics, onEvent, { onReset, onState } = {}) {
 }
 
 // logTail reads the last bytes of a task's stdout or stderr as text.
-export async function logTail(allocID, task, type, bytes = 4096, signal) {
+export async function logTail({ allocID, namespace, task, type, bytes = 4096, signal }) {
   const res = await fetch(url(`/v1/client/fs/logs/${pathID(allocID)}`, {
-    task, type, origin: 'end', offset: bytes, plain: 'true',
+    namespace, task, type, origin: 'end', offset: bytes, plain: 'true',
   }), { headers: headers(), signal });
   if (!res.ok) throw await fail(res);
   return res.text();

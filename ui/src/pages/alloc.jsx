@@ -73,7 +73,7 @@ function TaskLogs({ alloc, task }) {
   useEffect(() => {
     const ctrl = new AbortController();
     for (const type of ['stdout', 'stderr']) {
-      logTail(alloc.ID, task, type, TAIL_BYTES, ctrl.signal)
+      logTail({ allocID: alloc.ID, namespace: alloc.Namespace, task, type, bytes: TAIL_BYTES, signal: ctrl.signal })
         .then((text) => setLogs((l) => ({ ...l, [type]: { text } })))
         .catch((err) => !ctrl.signal.aborted && setLogs((l) => ({ ...l, [type]: { error: err.message } })));
     }
