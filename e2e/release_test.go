@@ -140,7 +140,8 @@ func (r *releaseEnv) waitHolders(t *testing.T, jobID string) map[string]*structs
 // again.
 func (r *releaseEnv) testStopReleases(t *testing.T) {
 	mark := r.callMark(t)
-	res := r.cli(t, r.s, "job stop", "web")
+	// -detach: the test waits for the release itself, with its own bound.
+	res := r.cli(t, r.s, "job stop", "-detach", "web")
 	must.Zero(t, res.Code, must.Sprint(res))
 	r.waitFree(t)
 	calls := r.callsSince(t, mark)
