@@ -54,7 +54,8 @@ type browser struct {
 	errs     *testutil.Buffer
 }
 
-func newBrowser(t *testing.T, base string) *browser {
+// newBrowser starts Chromium, or skips the test when it cannot be had.
+func newBrowser(t *testing.T) *browser {
 	t.Helper()
 	exe := chromiumPath()
 	if exe == "" {
@@ -81,7 +82,7 @@ func newBrowser(t *testing.T, base string) *browser {
 	t.Cleanup(cancelAlloc)
 	ctx, cancelCtx := chromedp.NewContext(actx)
 	t.Cleanup(cancelCtx)
-	b := &browser{t: t, ctx: ctx, base: base, errs: &testutil.Buffer{}}
+	b := &browser{t: t, ctx: ctx, errs: &testutil.Buffer{}}
 	b.shotsDir = os.Getenv(EnvScreenshots)
 	if b.shotsDir == "" {
 		b.shotsDir = filepath.Join(os.TempDir(), "ui-screenshots")
@@ -183,8 +184,10 @@ func (b *browser) noScriptErrors() {
 // reload; the plugin page shows 1/1 healthy. A screenshot of each page is
 // written (EnvScreenshots), at a laptop's width and a phone's.
 func TestE2E_UI(t *testing.T) {
+	// Chromium first: without it the test skips before starting anything.
+	b := newBrowser(t)
 	a := startDevAgent(t, t.TempDir())
-	b := newBrowser(t, a.httpAddr)
+	b.base = a.httpAddr
 
 	res := a.cli(t, "volume create", writeDevVolumeSpec(t, "database"))
 	must.Zero(t, res.Code, must.Sprint(res))
