@@ -59,31 +59,28 @@ func (a *Allocation) Copy() *Allocation {
 		return nil
 	}
 	c := *a
-	if a.VolumeStates != nil {
-		c.VolumeStates = make(map[string]*AllocVolumeState, len(a.VolumeStates))
-		for k, v := range a.VolumeStates {
-			if v == nil {
-				// Only a malformed request carries one; copying it must
-				// not panic the FSM that refuses it.
-				c.VolumeStates[k] = nil
-				continue
-			}
-			vc := *v
-			c.VolumeStates[k] = &vc
-		}
-	}
-	if a.TaskStates != nil {
-		c.TaskStates = make(map[string]*TaskState, len(a.TaskStates))
-		for k, v := range a.TaskStates {
-			if v == nil {
-				c.TaskStates[k] = nil
-				continue
-			}
-			vc := *v
-			c.TaskStates[k] = &vc
-		}
-	}
+	c.VolumeStates = CopyStates(a.VolumeStates)
+	c.TaskStates = CopyStates(a.TaskStates)
 	return &c
+}
+
+// CopyStates deep-copies a map of an allocation's reported states. A nil entry stays nil:
+// only a malformed request carries one, and copying it must not panic the
+// FSM that refuses it.
+func CopyStates[T any](m map[string]*T) map[string]*T {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]*T, len(m))
+	for k, v := range m {
+		if v == nil {
+			out[k] = nil
+			continue
+		}
+		vc := *v
+		out[k] = &vc
+	}
+	return out
 }
 
 // Task states, as Nomad's.
