@@ -16,10 +16,14 @@ import (
 )
 
 // The browser test drives Debian's Chromium with chromedp, over the
-// DevTools protocol, from go test: it runs with the other end-to-end tests
-// against the same `agent -dev` harness, waits with their helpers, and
-// needs no second test runner. .ci/run installs Chromium; where it cannot
-// be had, the test skips.
+// DevTools protocol, from go test, rather than with Playwright from Node:
+// it runs with the other end-to-end tests against the same `agent -dev`
+// harness (the binary TestMain builds, ports the agent picks, its log shown
+// on failure), waits with their helpers, is counted by go test like every
+// other test, and needs no second test runner, no browser download and no
+// Node at test time (Node only builds the bundle). chromedp is a test
+// dependency only: nothing of it links into the binary. .ci/run installs
+// Chromium; where it cannot be had, the test skips with one line.
 
 // EnvChromium names the Chromium binary; unset, chromium is looked up on
 // PATH, then /usr/bin/chromium.
