@@ -314,6 +314,7 @@ func (r *allocRunner) pollTasks() (live []string, failed string) {
 			exit, _ := readExit(newTaskPaths(allocDir, t.Name))
 			t = r.updateTask(t.Name, func(t *taskRecord) { judgeExit(t, exit) })
 			r.logger.Info("task ended", "task", t.Name, "failed", t.Failed, "outcome", t.Description)
+			r.report()
 		}
 		switch {
 		case t.State != taskDead:
@@ -402,6 +403,12 @@ func (r *allocRunner) report() {
 		s := v.State
 		u.VolumeStates[alias] = &s
 	}
+	if r.rec.Group != nil {
+		u.TaskStates = map[string]*structs.TaskState{}
+		for _, task := range r.rec.Group.Tasks {
+			u.TaskStates[task.Name] = taskState(r.tasks[task.Name])
+		}
+	}
 	r.mu.Unlock()
 	r.m.rep.update(u)
 }
@@ -489,4 +496,17 @@ func (r *allocRunner) snapshot() AllocState {
 		s.Tasks[name] = TaskState{PID: t.Process.PID, State: t.State, Failed: t.Failed, Description: t.Description}
 	}
 	return s
+}
+
+// taskState is a task's record as the servers see it; nil is a task not
+// started yet.
+func taskState(t *taskRecord) *structs.TaskState {
+	if t == nil {
+		return &structs.TaskState{State: structs.TaskStatePending}
+	}
+	ts := &structs.TaskState{State: t.State, Failed: t.Failed, Description: t.Description, StartedAt: t.StartedAt}
+	if t.Exit != nil {
+		ts.FinishedAt = t.Exit.FinishedAt
+	}
+	return ts
 }

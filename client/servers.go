@@ -181,5 +181,8 @@ func (c *Client) newRPCServer() (*netrpc.Server, error) {
 	if err := srv.RegisterName("ClientCSI", &ClientCSI{c: c}); err != nil {
 		return nil, err
 	}
+	if err := srv.RegisterName("FileSystem", &FileSystem{c: c}); err != nil {
+		return nil, err
+	}
 	return srv, nil
 }

@@ -30,7 +30,8 @@ Usage: volplane alloc status [options] <id>
   Once the client runs the allocation, each volume also shows the step the
   client reached (claiming, claimed, staged, published or failed) and, while
   the client waits (say, for another allocation's claim to be released),
-  why, how many attempts failed and when it tries again.
+  why, how many attempts failed and when it tries again. Then each task's
+  state as the client reports it; "volplane alloc logs" prints its output.
 `, jobNamespaceOptionHelp+`
 
 Status Options:
@@ -51,6 +52,9 @@ func (c *AllocStatusCommand) Run(args []string) int {
 			out := formatAlloc(alloc, verbose) + "\n\nVolumes\n" + c.allocVolumes(client, alloc, verbose)
 			if waits := volumeWaits(alloc); waits != "" {
 				out += "\n\nWaiting\n" + waits
+			}
+			if len(alloc.TaskStates) > 0 {
+				out += "\n\nTasks\n" + taskStates(alloc)
 			}
 			c.Ui.Output(out)
 			return 0
@@ -221,4 +225,17 @@ func volumeWaits(a *structs.Allocation) string {
 		lines = append(lines, line)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// taskStates shows each task of the allocation as its client reported it.
+func taskStates(a *structs.Allocation) string {
+	var rows [][]string
+	for _, name := range slices.Sorted(maps.Keys(a.TaskStates)) {
+		ts := a.TaskStates[name]
+		if ts == nil {
+			continue
+		}
+		rows = append(rows, []string{name, ts.State, yesNo(ts.Failed), unixNano(ts.StartedAt), unixNano(ts.FinishedAt), ts.Description})
+	}
+	return table([]string{"Task", "State", "Failed", "Started", "Finished", "Description"}, rows)
 }

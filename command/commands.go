@@ -110,6 +110,7 @@ func builtinCommands(ui cli.Ui, stdin io.Reader) map[string]cli.CommandFactory {
 		"alloc": parent("alloc", "Inspect allocations",
 			"Inspect allocations: the placed instances of a job's task groups, and\n  the claims on their volumes."),
 		"alloc status": func() (cli.Command, error) { return &AllocStatusCommand{Meta: meta()}, nil },
+		"alloc logs":   func() (cli.Command, error) { return &AllocLogsCommand{Meta: meta()}, nil },
 		"operator": parent("operator", "Cluster operations",
 			"Operations on the servers of the cluster."),
 		"operator raft": parent("operator raft", "Inspect and change the Raft peer set",

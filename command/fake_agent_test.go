@@ -28,15 +28,20 @@ type fakeAgent struct {
 	mu     sync.Mutex
 	reqs   []request
 	routes map[string]http.HandlerFunc
+	// newRequest is closed (and replaced) on every request, for handlers
+	// that wait for another request to come.
+	newRequest chan struct{}
 }
 
 func newFakeAgent(t *testing.T) *fakeAgent {
-	f := &fakeAgent{t: t, routes: map[string]http.HandlerFunc{}}
+	f := &fakeAgent{t: t, routes: map[string]http.HandlerFunc{}, newRequest: make(chan struct{})}
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		route := r.Method + " " + r.URL.EscapedPath()
 		f.mu.Lock()
 		f.reqs = append(f.reqs, request{r.Method, r.URL.EscapedPath(), r.URL.RawQuery, r.Header.Get("X-Nomad-Token"), string(body)})
+		close(f.newRequest)
+		f.newRequest = make(chan struct{})
 		h := f.routes[route]
 		f.mu.Unlock()
 		if h == nil {

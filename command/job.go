@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -11,10 +12,6 @@ import (
 	"github.com/volplane/volplane/structs"
 )
 
-// defaultPlacementWait bounds how long `job run` waits for the servers to
-// place the job before it prints the placement as it is.
-const defaultPlacementWait = 5 * time.Second
-
 // jobNamespaceOptionHelp documents -namespace for the job and alloc
 // commands (the shared text speaks of volumes).
 const jobNamespaceOptionHelp = `
@@ -22,15 +19,12 @@ const jobNamespaceOptionHelp = `
     The namespace of the job. Overrides the VOLPLANE_NAMESPACE environment
     variable. Default: the server's default namespace.`
 
-// JobRunCommand registers a job from a specification file and shows how the
-// servers placed it.
+// JobRunCommand registers a job from a specification file and follows it
+// until its allocations run, fail or are blocked.
 type JobRunCommand struct {
 	Meta
 	// Stdin is read when the file is "-".
 	Stdin io.Reader
-	// PlacementWait bounds the wait for the placement; 0 means
-	// defaultPlacementWait.
-	PlacementWait time.Duration
 }
 
 func (c *JobRunCommand) Synopsis() string { return "Run a job" }
@@ -41,10 +35,15 @@ Usage: volplane job run [options] <file>
 
   Registers a job (or a new version of a registered one) from a
   specification file in HCL (the subset of Nomad's job specification that
-  volumes need) or JSON, then waits a few seconds for the servers to place
-  it and shows, per task group, how many allocations are wanted and placed,
-  and why any are missing. Use "-" as the file to read the specification
-  from standard input.
+  volumes need) or JSON, then follows it as Nomad's monitor does: it prints
+  each change of the placement and of the allocations (created, each
+  volume's step, status) until every allocation the job wants runs (or
+  completed), failed or is blocked, then shows, per task group, how many
+  allocations are wanted and placed, and why any are missing. Use "-" as
+  the file to read the specification from standard input.
+
+  The exit code is 0 when every allocation runs or completed, 2 when one
+  failed or could not be placed, and 1 on any other error.
 
   See examples/job-per-alloc.hcl and examples/job-multi-reader.hcl.
 `, jobNamespaceOptionHelp+`
@@ -54,13 +53,14 @@ Usage: volplane job run [options] <file>
 Run Options:
 
   -detach
-    Return after registering, without waiting for the placement.`, FlagSetClient)
+    Return after registering, without following the job.`+noColorHelp, FlagSetClient)
 }
 
 func (c *JobRunCommand) Run(args []string) int {
 	var detach bool
 	f := c.FlagSet("job run", FlagSetClient|FlagSetNamespace)
 	f.BoolVar(&detach, "detach", false, "")
+	color := c.colorFlag(f)
 	if ok, code := c.Parse(c, f, args); !ok {
 		return code
 	}
@@ -97,23 +97,13 @@ func (c *JobRunCommand) Run(args []string) int {
 		return 0
 	}
 
-	// Block until the job changes after the registration, which is when the
-	// placer has written its placement, or until the wait is over.
-	wait := c.PlacementWait
-	if wait <= 0 {
-		wait = defaultPlacementWait
+	c.Ui.Output("")
+	p := &progress{m: &c.Meta, paint: color(), now: time.Now}
+	code, placed := c.monitorJob(context.Background(), client, job, wm.LastIndex, p)
+	if placed != nil {
+		c.Ui.Output("\n" + formatPlacement(placed))
 	}
-	placed, _, err := client.Jobs().Info(job.ID, &api.QueryOptions{
-		Namespace: job.Namespace, WaitIndex: wm.LastIndex, WaitTime: wait,
-	})
-	if err != nil {
-		// The job is registered, which is what was asked; say why there is
-		// no summary without failing the command.
-		c.Ui.Warn(fmt.Sprintf("Warning: could not read the job's placement: %s", err))
-		return 0
-	}
-	c.Ui.Output("\n" + formatPlacement(placed))
-	return 0
+	return code
 }
 
 // formatPlacement shows, per task group in the job's order, the allocations
@@ -149,7 +139,8 @@ func formatPlacement(j *structs.Job) string {
 	return "Placement\n" + table([]string{"Group", "Desired", "Placed"}, rows) + blocked.String()
 }
 
-// JobStopCommand stops a job, and with -purge removes it.
+// JobStopCommand stops a job, and with -purge removes it, then follows the
+// release of the claims its allocations held.
 type JobStopCommand struct{ Meta }
 
 func (c *JobStopCommand) Synopsis() string { return "Stop a job" }
@@ -161,18 +152,29 @@ Usage: volplane job stop [options] <id>
   Stops a job: its allocations are stopped and, once their clients report
   them done, the volumes they claimed are released. The job stays visible
   in job status until it is purged. The ID may be a unique prefix.
+
+  Unless -detach is given, the command then follows the release of every
+  claim the job's allocations held, printing each step (waiting for the
+  client, node unpublish, controller unpublish, freed, or a failed attempt
+  and when the next one is due) until every claim is free.
 `, jobNamespaceOptionHelp+`
 
 Stop Options:
 
   -purge
-    Also remove the job from the servers' state.`, FlagSetClient)
+    Also remove the job from the servers' state.
+
+  -detach
+    Return once the job is stopped, without following the release of its
+    claims.`+noColorHelp, FlagSetClient)
 }
 
 func (c *JobStopCommand) Run(args []string) int {
-	var purge bool
+	var purge, detach bool
 	f := c.FlagSet("job stop", FlagSetClient|FlagSetNamespace)
 	f.BoolVar(&purge, "purge", false, "")
+	f.BoolVar(&detach, "detach", false, "")
+	color := c.colorFlag(f)
 	if ok, code := c.Parse(c, f, args); !ok {
 		return code
 	}
@@ -187,7 +189,14 @@ func (c *JobStopCommand) Run(args []string) int {
 	if err != nil {
 		return c.Fail("querying job", err)
 	}
-	if _, err := client.Jobs().Deregister(job.ID, purge, &api.WriteOptions{Namespace: job.Namespace}); err != nil {
+	var allocs []*structs.Allocation
+	if !detach {
+		if allocs, _, err = client.Jobs().Allocations(job.ID, &api.QueryOptions{Namespace: job.Namespace}); err != nil {
+			return c.Fail("querying the job's allocations", err)
+		}
+	}
+	wm, err := client.Jobs().Deregister(job.ID, purge, &api.WriteOptions{Namespace: job.Namespace})
+	if err != nil {
 		return c.Fail("stopping job", err)
 	}
 	if purge {
@@ -195,6 +204,39 @@ func (c *JobStopCommand) Run(args []string) int {
 	} else {
 		c.Ui.Output(fmt.Sprintf("Job %q stopped", job.ID))
 	}
+	if detach || len(allocs) == 0 {
+		return 0
+	}
+	return c.followJobRelease(client, job, allocs, wm.LastIndex, &progress{m: &c.Meta, paint: color(), now: time.Now})
+}
+
+// followJobRelease follows the release of the claims of the allocations of
+// a job stopped at index. The events from the stop on are read before the
+// claims are, so that no step taken in between is missed.
+func (c *JobStopCommand) followJobRelease(client *api.Client, job *structs.Job, allocs []*structs.Allocation, index uint64, p *progress) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := openClaimEvents(ctx, client, max(index, 1)-1)
+	if err != nil {
+		c.Ui.Warn(fmt.Sprintf("Warning: cannot follow the release of the job's claims: %s", err))
+		return 0
+	}
+	defer stream.Close()
+	events, errc := nextClaimEvents(ctx, stream)
+	pending, err := jobClaims(client, job, allocs)
+	if err != nil {
+		return c.Fail("reading the job's claims", err)
+	}
+	c.Ui.Output("")
+	if len(pending) == 0 {
+		p.headline(fmt.Sprintf("Job %q holds no volume claims", job.ID))
+		return 0
+	}
+	p.headline(fmt.Sprintf("Following the release of %s of job %q", plural(len(pending), "volume claim"), job.ID))
+	if !p.followRelease(ctx, events, errc, pending) {
+		return 1
+	}
+	p.m.Ui.Output(p.paint.paint(styleBold, "==> "+p.stamp()+": ") + p.paint.paint(styleGreen, fmt.Sprintf("Every volume claim of job %q is free", job.ID)))
 	return 0
 }
 

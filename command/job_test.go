@@ -2,6 +2,7 @@ package command
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -63,16 +64,41 @@ func placedJob() *structs.Job {
 	}
 }
 
+// placedAllocs are the two allocations placedJob placed, as the client
+// reports them: one running, one whose task failed.
+func placedAllocs() []*structs.Allocation {
+	return []*structs.Allocation{
+		{ID: "aaaaaaaa-0000-0000-0000-000000000000", Name: "web.app[0]", JobID: "web", TaskGroup: "app",
+			NodeID: "node0001-aaaa-bbbb-cccc-000000000001", DesiredStatus: "run", ClientStatus: "running", CreateIndex: 11,
+			VolumeStates: map[string]*structs.AllocVolumeState{"data": {VolumeID: "vol[0]", Step: "published"}}},
+		{ID: "bbbbbbbb-0000-0000-0000-000000000000", Name: "web.app[1]", JobID: "web", TaskGroup: "app",
+			NodeID: "node0001-aaaa-bbbb-cccc-000000000001", DesiredStatus: "run", ClientStatus: "failed",
+			ClientDescription: "task t: exit code 3", CreateIndex: 11},
+	}
+}
+
 func TestJobRun(t *testing.T) {
 	f := newFakeAgent(t)
 	f.json("PUT /v1/jobs", 200, map[string]any{"Warnings": []string{"first warning"}, "Index": 10})
-	f.json("GET /v1/job/web", 200, placedJob())
+	f.timeline("GET /v1/job/web", snapshot{index: 11, body: placedJob()})
+	f.timeline("GET /v1/job/web/allocations", snapshot{index: 11, body: placedAllocs()})
 	path := writeFile(t, "web.hcl", jobHCL)
 
 	r := run(t, "", "job", "run", "-token=tok", path)
-	must.Eq(t, 0, r.code, must.Sprint(r.stderr))
+	// Blocked and failed allocations: Nomad's exit code for placement
+	// problems.
+	must.Eq(t, 2, r.code, must.Sprint(r.stderr))
 	must.Eq(t, "Warning: first warning\n", r.stderr)
 	must.Eq(t, `Job "web" registered
+
+==> T: Monitoring job "web"
+    T: Group "app": 2 of 3 placed, blocked: volume "vol[2]" does not exist yet (and 1 more reason)
+    T: Allocation "aaaaaaaa" created: node "node0001", group "app"
+    T: Allocation "aaaaaaaa" volume "data" ("vol[0]"): published
+    T: Allocation "aaaaaaaa" status changed: "pending" -> "running"
+    T: Allocation "bbbbbbbb" created: node "node0001", group "app"
+    T: Allocation "bbbbbbbb" status changed: "pending" -> "failed" (task t: exit code 3)
+==> T: Job "web": 1 running, 1 failed, 1 blocked
 
 Placement
 Group  Desired  Placed
@@ -81,10 +107,10 @@ app    3        2
 Group "app" is blocked:
   * volume "vol[2]" does not exist yet
   * node n3: CSI plugin dev is unhealthy on it
-`, r.out)
+`, stamped(r.out))
+	must.StrNotContains(t, r.out, "\x1b[", must.Sprint("no colour when the output is not a terminal"))
 
 	reqs := f.requests()
-	must.Len(t, 2, reqs)
 	must.Eq(t, "PUT", reqs[0].Method)
 	must.Eq(t, "/v1/jobs", reqs[0].Path)
 	must.Eq(t, "tok", reqs[0].Token)
@@ -96,31 +122,77 @@ Group "app" is blocked:
 	// The specification's mount flags go to the server, which needs them.
 	must.Eq(t, []string{"password=topsecret"}, body.Job.TaskGroups[0].Volumes["data"].MountOptions.MountFlags)
 
-	// The placement is read with a blocking query on the write's index.
-	must.Eq(t, request{Method: "GET", Path: "/v1/job/web", Query: "index=10&namespace=default&wait=5000ms", Token: "tok"}, reqs[1])
+	// The job is read with a blocking query from the write's index; the
+	// allocations from the start.
+	must.SliceContains(t, reqs, request{Method: "GET", Path: "/v1/job/web", Query: "index=10&namespace=default&wait=300000ms", Token: "tok"})
+	must.SliceContains(t, reqs, request{Method: "GET", Path: "/v1/job/web/allocations", Query: "namespace=default&wait=300000ms", Token: "tok"})
 }
 
-func TestJobRun_PendingDetachAndNamespace(t *testing.T) {
+// The monitor prints each change as the blocking queries return it, and
+// ends once every allocation runs.
+func TestJobRun_FollowsUntilRunning(t *testing.T) {
 	f := newFakeAgent(t)
 	f.json("PUT /v1/jobs", 200, map[string]any{"Index": 10})
 	pending := placedJob()
 	pending.Placement = nil
-	f.json("GET /v1/job/web", 200, pending)
+	placed := placedJob()
+	placed.Placement["app"] = &structs.GroupPlacement{Desired: 2, Placed: 2}
+	allocs := func(status, step, waiting string) []*structs.Allocation {
+		var out []*structs.Allocation
+		for i, a := range placedAllocs() {
+			a.ClientStatus, a.ClientDescription = status, ""
+			a.VolumeStates = map[string]*structs.AllocVolumeState{"data": {VolumeID: fmt.Sprintf("vol[%d]", i), Step: step}}
+			if i == 1 {
+				a.VolumeStates["data"].Waiting, a.VolumeStates["data"].Attempts = waiting, 1
+			}
+			out = append(out, a)
+		}
+		return out
+	}
+	// Placement is reset by the registration: the first answers after it
+	// may still have none. Each answer is served once the monitor acted on
+	// the one before (its next query says so), so the output is the same
+	// however the two queries interleave.
+	f.timeline("GET /v1/job/web", snapshot{index: 11, body: pending},
+		snapshot{index: 12, body: placed, gate: &gate{"GET /v1/job/web/allocations", 0}})
+	f.timeline("GET /v1/job/web/allocations",
+		snapshot{index: 12, body: allocs("pending", "claiming", `volume "vol[1]" is claimed by allocation "c0ffee00"`),
+			gate: &gate{"GET /v1/job/web", 12}},
+		snapshot{index: 13, body: allocs("pending", "published", "")},
+		snapshot{index: 14, body: allocs("running", "published", "")})
 	path := writeFile(t, "web.hcl", jobHCL)
 
 	r := run(t, "", "job", "run", "-namespace=prod", path)
 	must.Eq(t, 0, r.code, must.Sprint(r.stderr))
-	must.Eq(t, "Job \"web\" registered\n\nPlacement\nGroup  Desired  Placed\napp    3        pending\n", r.out)
-	reqs := f.requests()
+	must.Eq(t, `Job "web" registered
+
+==> T: Monitoring job "web"
+    T: Group "app": 2 of 2 placed
+    T: Allocation "aaaaaaaa" created: node "node0001", group "app"
+    T: Allocation "aaaaaaaa" volume "data" ("vol[0]"): claiming
+    T: Allocation "bbbbbbbb" created: node "node0001", group "app"
+    T: Allocation "bbbbbbbb" volume "data" ("vol[1]"): claiming, waiting (attempt 1): volume "vol[1]" is claimed by allocation "c0ffee00"
+    T: Allocation "aaaaaaaa" volume "data" ("vol[0]"): published
+    T: Allocation "bbbbbbbb" volume "data" ("vol[1]"): published
+    T: Allocation "aaaaaaaa" status changed: "pending" -> "running"
+    T: Allocation "bbbbbbbb" status changed: "pending" -> "running"
+==> T: Job "web": 2 running
+
+Placement
+Group  Desired  Placed
+app    2        2
+`, stamped(r.out))
 	// -namespace fills in the namespace the file does not give.
+	reqs := f.requests()
 	must.Eq(t, "namespace=prod", reqs[0].Query)
 	must.StrContains(t, reqs[0].Body, `"Namespace":"prod"`)
-	must.Eq(t, "index=10&namespace=prod&wait=5000ms", reqs[1].Query)
+}
 
+func TestJobRun_DetachAndNamespace(t *testing.T) {
 	// With -detach nothing is read back.
-	f = newFakeAgent(t)
+	f := newFakeAgent(t)
 	f.json("PUT /v1/jobs", 200, map[string]any{"Index": 10})
-	r = run(t, `{"Job": {"ID": "web", "Namespace": "team", "TaskGroups": [{"Name": "g"}]}}`, "job", "run", "-detach", "-namespace=prod", "-")
+	r := run(t, `{"Job": {"ID": "web", "Namespace": "team", "TaskGroups": [{"Name": "g"}]}}`, "job", "run", "-detach", "-namespace=prod", "-")
 	must.Eq(t, 0, r.code, must.Sprint(r.stderr))
 	must.Eq(t, "Job \"web\" registered\n", r.out)
 	// The file's own namespace wins.
@@ -155,13 +227,14 @@ func TestJobRun_Errors(t *testing.T) {
 		})
 	}
 
-	// The job is registered even when its placement cannot be read.
+	// The job is registered even when it cannot be followed.
 	f.json("PUT /v1/jobs", 200, map[string]any{"Index": 10})
 	f.text("GET /v1/job/web", 500, "disk on fire")
+	f.timeline("GET /v1/job/web/allocations")
 	r := run(t, "", "job", "run", good)
-	must.Eq(t, 0, r.code)
-	must.Eq(t, "Job \"web\" registered\n", r.out)
-	must.Eq(t, "Warning: could not read the job's placement: disk on fire\n", r.stderr)
+	must.Eq(t, 1, r.code)
+	must.Eq(t, "Job \"web\" registered\n\n==> T: Monitoring job \"web\"\n", stamped(r.out))
+	must.Eq(t, "Error monitoring job \"web\": disk on fire\n", r.stderr)
 }
 
 func TestJobStop(t *testing.T) {
@@ -170,6 +243,8 @@ func TestJobStop(t *testing.T) {
 	f.text("GET /v1/job/we", 404, `job "we" not found`)
 	f.json("GET /v1/jobs", 200, []*structs.JobListStub{{ID: "web"}})
 	f.json("DELETE /v1/job/web", 200, map[string]any{"Index": 12})
+	// No allocations: no claims to follow.
+	f.json("GET /v1/job/web/allocations", 200, []*structs.Allocation{})
 
 	r := run(t, "", "job", "stop", "web")
 	must.Eq(t, 0, r.code, must.Sprint(r.stderr))
@@ -177,8 +252,9 @@ func TestJobStop(t *testing.T) {
 	reqs := f.requests()
 	must.Eq(t, request{Method: "DELETE", Path: "/v1/job/web", Query: "namespace=default"}, reqs[len(reqs)-1])
 
-	// A prefix is enough, and -purge removes the job.
-	r = run(t, "", "job", "stop", "-purge", "we")
+	// A prefix is enough, and -purge removes the job; -detach does not
+	// look for claims.
+	r = run(t, "", "job", "stop", "-purge", "-detach", "we")
 	must.Eq(t, 0, r.code, must.Sprint(r.stderr))
 	must.Eq(t, "Job \"web\" stopped and purged\n", r.out)
 	reqs = f.requests()

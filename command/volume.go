@@ -3,8 +3,12 @@ package command
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
+	"time"
 
+	"github.com/volplane/volplane/api"
 	"github.com/volplane/volplane/spec"
 	"github.com/volplane/volplane/structs"
 )
@@ -115,13 +119,15 @@ Deregister Options:
   -force
     Deregister the volume even though it has claims, when every claiming
     allocation is terminal or gone. Only volplane's state changes: the
-    plugin is not asked to detach anything.`, FlagSetClient|FlagSetNamespace)
+    plugin is not asked to detach anything. Each step is shown: the claims
+    found and their allocations' status, then the removal.`+noColorHelp, FlagSetClient|FlagSetNamespace)
 }
 
 func (c *VolumeDeregisterCommand) Run(args []string) int {
 	var force bool
 	f := c.FlagSet("volume deregister", FlagSetClient|FlagSetNamespace)
 	f.BoolVar(&force, "force", false, "")
+	color := c.colorFlag(f)
 	if ok, code := c.Parse(c, f, args); !ok {
 		return code
 	}
@@ -133,6 +139,14 @@ func (c *VolumeDeregisterCommand) Run(args []string) int {
 	if err != nil {
 		return c.Fail("creating client", err)
 	}
+	if force {
+		p := &progress{m: &c.Meta, paint: color(), now: time.Now}
+		p.headline(fmt.Sprintf("Deregistering volume %q with -force", id))
+		if err := c.showForcedClaims(client, id, p); err != nil {
+			return c.Fail("reading the volume's claims", err)
+		}
+		p.line("", "Removing the volume and its claims from the servers' state; no node or controller is asked to unpublish it")
+	}
 	warnings, _, err := client.Volumes().Deregister(id, force, c.WriteOptions())
 	if err != nil {
 		return c.Fail("deregistering volume", err)
@@ -142,4 +156,44 @@ func (c *VolumeDeregisterCommand) Run(args []string) int {
 	}
 	c.Ui.Output(fmt.Sprintf("Successfully deregistered volume %q", id))
 	return 0
+}
+
+// showForcedClaims prints, before a forced deregister, every claim the
+// volume has and how its allocation stands: the claims the deregister
+// drops without unpublishing anything.
+func (c *VolumeDeregisterCommand) showForcedClaims(client *api.Client, id string, p *progress) error {
+	vol, _, err := client.Volumes().Info(id, c.QueryOptions())
+	if api.IsNotFound(err) {
+		// The deregister says so.
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	claims := map[string]*structs.CSIVolumeClaim{}
+	for _, m := range []map[string]*structs.CSIVolumeClaim{vol.ReadClaims, vol.WriteClaims, vol.PastClaims} {
+		maps.Copy(claims, m)
+	}
+	if len(claims) == 0 {
+		p.line("", "The volume has no claims")
+		return nil
+	}
+	p.line("", fmt.Sprintf("The volume has %s", plural(len(claims), "claim")))
+	for _, allocID := range slices.Sorted(maps.Keys(claims)) {
+		cl := claims[allocID]
+		what := fmt.Sprintf("Claim of allocation %q on node %q (%s, %s)", shortID(allocID, false),
+			shortID(cl.NodeID, false), cl.Mode, cl.State)
+		a, _, err := client.Allocations().Info(allocID, &api.QueryOptions{Namespace: vol.Namespace})
+		switch {
+		case api.IsNotFound(err):
+			p.line(styleYellow, what+": the allocation is gone")
+		case err != nil:
+			return err
+		case a.Terminal():
+			p.line(styleYellow, fmt.Sprintf("%s: the allocation is %s (desired %s)", what, a.ClientStatus, a.DesiredStatus))
+		default:
+			p.line(styleRed, fmt.Sprintf("%s: the allocation still runs (%s)", what, a.ClientStatus))
+		}
+	}
+	return nil
 }

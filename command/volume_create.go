@@ -1,12 +1,15 @@
 package command
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/volplane/volplane/api"
 	"github.com/volplane/volplane/spec"
+	"github.com/volplane/volplane/state"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -130,16 +133,19 @@ Usage: volplane volume detach [options] <volume> <node>
 
   Runs the release of the volume's claims on the node now, ignoring any
   backoff: node unpublish (skipped when the node is down or gone), then
-  controller unpublish, then the claim is freed. Prints each step. A claim
-  whose allocation still runs on a ready node is refused.
+  controller unpublish, then the claim is freed. Prints each step as it
+  happens. A claim whose allocation still runs on a ready node is refused.
 
   The volume is its ID or a unique prefix of one; the node is its ID, a
   unique prefix of one (as "node status" prints it) or its name.
-`, "", FlagSetClient|FlagSetNamespace)
+`, `
+Detach Options:
+`+noColorHelp, FlagSetClient|FlagSetNamespace)
 }
 
 func (c *VolumeDetachCommand) Run(args []string) int {
 	f := c.FlagSet("volume detach", FlagSetClient|FlagSetNamespace)
+	color := c.colorFlag(f)
 	if ok, code := c.Parse(c, f, args); !ok {
 		return code
 	}
@@ -168,13 +174,83 @@ func (c *VolumeDetachCommand) Run(args []string) int {
 	case !api.IsNotFound(err):
 		return c.Fail("querying node", err)
 	}
-	steps, err := client.Volumes().Detach(volID, nodeID, c.WriteOptions())
-	for _, s := range steps {
-		c.Ui.Output(s)
+	p := &progress{m: &c.Meta, paint: color(), now: time.Now}
+	p.headline(fmt.Sprintf("Detaching volume %q from node %q", volID, shortID(nodeID, false)))
+	steps, shown, err := c.detachFollowing(client, volID, nodeID, p)
+	if shown == 0 {
+		// Without the event stream, the steps as the server reports them.
+		for _, s := range steps {
+			p.line("", s)
+		}
 	}
 	if err != nil {
 		return c.Fail("detaching volume", err)
 	}
-	c.Ui.Output(fmt.Sprintf("Volume %q detached from node %q", volID, nodeID))
+	c.Ui.Output(p.paint.paint(styleBold, "==> "+p.stamp()+": ") + p.paint.paint(styleGreen, fmt.Sprintf("Volume %q detached from node %q", volID, nodeID)))
 	return 0
+}
+
+// detachSettle bounds how long a detach that returned waits for the events
+// of its last steps, which the agent answering may apply a moment after
+// the leader that ran the detach.
+const detachSettle = 5 * time.Second
+
+// detachFollowing runs the detach while printing, from the event stream,
+// each step of the release of the volume's claims on the node as it
+// happens. It returns the server's list of steps and how many were shown
+// live.
+func (c *VolumeDetachCommand) detachFollowing(client *api.Client, volID, nodeID string, p *progress) ([]string, int, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var events <-chan *claimEvent
+	if stream, err := openClaimEvents(ctx, client, 0); err == nil {
+		defer stream.Close()
+		events, _ = nextClaimEvents(ctx, stream)
+	}
+	type result struct {
+		steps []string
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		steps, err := client.Volumes().Detach(volID, nodeID, c.WriteOptions())
+		done <- result{steps, err}
+	}()
+	shown := 0
+	// open holds the claims seen in events and not freed yet.
+	open := map[string]bool{}
+	var res *result
+	var settle <-chan time.Time
+	for {
+		// Once the detach returned: done when its claims were seen freed.
+		// Until the first event, the stream may just lag the answer.
+		if res != nil && (res.err != nil || events == nil || (shown > 0 && len(open) == 0)) {
+			return res.steps, shown, res.err
+		}
+		select {
+		case r := <-done:
+			res = &r
+			t := time.NewTimer(detachSettle)
+			defer t.Stop()
+			settle = t.C
+		case <-settle:
+			return res.steps, shown, res.err
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			if ev.VolumeID != volID || ev.NodeID != nodeID || ev.Type == state.EventClaimTaken {
+				continue
+			}
+			ch := claimEventLine(ev)
+			p.line(ch.style, ch.text)
+			shown++
+			if ev.Type == state.EventClaimFreed {
+				delete(open, ev.AllocationID)
+			} else {
+				open[ev.AllocationID] = true
+			}
+		}
+	}
 }

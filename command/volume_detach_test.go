@@ -35,8 +35,10 @@ func TestVolumeDetach_NodePrefixOrName(t *testing.T) {
 		r := run(t, "", "volume", "detach", "database", typed)
 		must.Eq(t, 0, r.code, must.Sprint(typed, ": ", r.stderr))
 		must.Eq(t, []string{full}, detached, must.Sprint(typed))
-		must.Eq(t, "node unpublish: done\ncontroller unpublish: done\nclaim freed\n"+
-			`Volume "database" detached from node "`+full+`"`+"\n", r.out)
+		// Without an event stream, the steps the server reports.
+		must.Eq(t, "==> T: Detaching volume \"database\" from node \"node0001\"\n"+
+			"    T: node unpublish: done\n    T: controller unpublish: done\n    T: claim freed\n"+
+			`==> T: Volume "database" detached from node "`+full+`"`+"\n", stamped(r.out))
 	}
 
 	// A prefix of two IDs, and a name that is also the prefix of another
@@ -76,7 +78,8 @@ func TestVolumeDetach_VolumePrefix(t *testing.T) {
 
 	r := run(t, "", "volume", "detach", "data", full)
 	must.Eq(t, 0, r.code, must.Sprint(r.stderr))
-	must.Eq(t, "claim freed\nVolume \"database\" detached from node \""+full+"\"\n", r.out)
+	must.Eq(t, "==> T: Detaching volume \"database\" from node \"node0001\"\n    T: claim freed\n"+
+		"==> T: Volume \"database\" detached from node \""+full+"\"\n", stamped(r.out))
 	reqs := f.requests()
 	must.Eq(t, "DELETE", reqs[len(reqs)-1].Method)
 	must.Eq(t, "node="+full, reqs[len(reqs)-1].Query)

@@ -96,7 +96,8 @@ func TestE2E_AllocRunner(t *testing.T) {
 
 	// Stopping the job stops the tasks; the servers release every volume
 	// (node unpublish, node unstage, controller unpublish).
-	res = e.cli(t, s, "job stop", "web")
+	// -detach: the test waits for the release itself, with its own bound.
+	res = e.cli(t, s, "job stop", "-detach", "web")
 	must.Zero(t, res.Code, must.Sprint(res))
 	testutil.WaitForResult(t, leaderTimeout, func() (bool, error) {
 		for id := range claims {

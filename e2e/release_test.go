@@ -140,7 +140,8 @@ func (r *releaseEnv) waitHolders(t *testing.T, jobID string) map[string]*structs
 // again.
 func (r *releaseEnv) testStopReleases(t *testing.T) {
 	mark := r.callMark(t)
-	res := r.cli(t, r.s, "job stop", "web")
+	// -detach: the test waits for the release itself, with its own bound.
+	res := r.cli(t, r.s, "job stop", "-detach", "web")
 	must.Zero(t, res.Code, must.Sprint(res))
 	r.waitFree(t)
 	calls := r.callsSince(t, mark)
@@ -266,7 +267,9 @@ func (r *releaseEnv) testWaitsForHeldClaim(t *testing.T) {
 	}))
 	old := r.holders
 	mark := r.callMark(t)
-	res := r.cli(t, r.s, "job stop", secondJob)
+	// -detach: the releases fail until the fault is lifted, and job stop
+	// would follow them until they are free.
+	res := r.cli(t, r.s, "job stop", "-detach", secondJob)
 	must.Zero(t, res.Code, must.Sprint(res))
 	// Each release reached the plugin (the task had stopped) and failed:
 	// the claim is held, and the failure is shown.

@@ -35,10 +35,11 @@ job "web" {
       driver = "exec"
 
       # The task finds where its volume is mounted in the environment
-      # variable VOLPLANE_VOLUME_<ALIAS>.
+      # variable VOLPLANE_VOLUME_<ALIAS>. What it prints is its log:
+      # volplane alloc logs <alloc> shows it.
       config {
         command = "/bin/sh"
-        args    = ["-c", "echo hi > $VOLPLANE_VOLUME_DATA/hello && sleep 3600"]
+        args    = ["-c", "echo hi > $VOLPLANE_VOLUME_DATA/hello && echo \"$VOLPLANE_ALLOC_NAME wrote $VOLPLANE_VOLUME_DATA/hello\" && sleep 3600"]
       }
 
       volume_mount {

@@ -202,6 +202,12 @@ var aclRules = map[string]aclRule{
 	// only to a token that may read its object (eventFilter).
 	"Event.Stream":  tokenRule(),
 	"Agent.Metrics": openRule(),
+	// The web UI's files are public, as Nomad's; what it reads takes the
+	// token it sends.
+	"Agent.UI": openRule(),
+
+	// A task's logs: Nomad's read-logs in the allocation's namespace.
+	"FileSystem.Logs": tokenRule(nsNeed(acl.NamespaceCapabilityReadLogs)),
 }
 
 // volumeNamespaces: writing volumes takes csi-write-volume in each

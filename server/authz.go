@@ -100,6 +100,8 @@ var rpcAccess = map[string]roleSet{
 	"ClientCSI.ControllerListVolumes":    serverOnly,
 	"ClientCSI.ControllerExpandVolume":   serverOnly,
 	"ClientCSI.NodeExpandVolume":         serverOnly,
+
+	"FileSystem.Logs": serverOnly,
 }
 
 // callerRole is the role of a network peer: RoleNone for a plaintext

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/hashicorp/yamux"
 
+	"github.com/volplane/volplane/clientrpc"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -156,7 +157,7 @@ func (s *Server) OtherServers() []string {
 // ServerRPC implements clientrpc.Servers. Calls for a client agent get the
 // longer deadline of a CSI call; the lookups before them the usual one.
 func (s *Server) ServerRPC(addr, method string, args, reply any) error {
-	if strings.HasPrefix(method, "ClientCSI.") {
+	if strings.HasPrefix(method, "ClientCSI.") || method == clientrpc.MethodFSLogs {
 		return s.clientFwdPool.RPC(addr, method, args, reply)
 	}
 	return s.pool.RPC(addr, method, args, reply)

@@ -24,18 +24,18 @@ func (s *Server) registerEndpointsOn(srv *netrpc.Server, conn *sessionConn) {
 // have a row in rpcAccess and one in aclRules.
 func (s *Server) endpoints(conn *sessionConn) map[string]any {
 	return map[string]any{
-		"Status":    &Status{srv: s},
-		"Operator":  &Operator{srv: s},
-		"Node":      &Node{srv: s, conn: conn, logger: s.logger.Named("node")},
-		"CSIVolume": &CSIVolume{srv: s, logger: s.logger.Named("csi_volume")},
-		"CSIPlugin": &CSIPlugin{srv: s},
-		"ClientCSI": &ClientCSI{srv: s},
-		"Job":       &Job{srv: s, logger: s.logger.Named("job")},
-		"Alloc":     &Alloc{srv: s},
-		"Keyring":   &Keyring{srv: s},
-		"ACL":       &ACL{srv: s, logger: s.logger.Named("acl")},
-		"Namespace": &Namespace{srv: s},
-
-		"System": &System{srv: s},
+		"Status":     &Status{srv: s},
+		"Operator":   &Operator{srv: s},
+		"Node":       &Node{srv: s, conn: conn, logger: s.logger.Named("node")},
+		"CSIVolume":  &CSIVolume{srv: s, logger: s.logger.Named("csi_volume")},
+		"CSIPlugin":  &CSIPlugin{srv: s},
+		"ClientCSI":  &ClientCSI{srv: s},
+		"FileSystem": &FileSystem{srv: s},
+		"Job":        &Job{srv: s, logger: s.logger.Named("job")},
+		"Alloc":      &Alloc{srv: s},
+		"Keyring":    &Keyring{srv: s},
+		"ACL":        &ACL{srv: s, logger: s.logger.Named("acl")},
+		"Namespace":  &Namespace{srv: s},
+		"System":     &System{srv: s},
 	}
 }

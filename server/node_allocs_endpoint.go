@@ -84,15 +84,14 @@ func (e *Node) UpdateAlloc(args *structs.NodeUpdateAllocRequest, reply *structs.
 		}
 		c := a.Copy()
 		c.ClientStatus, c.ClientDescription = u.ClientStatus, u.ClientDescription
+		// What the client reports replaces what it reported before (task
+		// states only when it reports them); the merge below refuses an
+		// empty entry.
 		if u.VolumeStates != nil {
-			c.VolumeStates = map[string]*structs.AllocVolumeState{}
-			for k, v := range u.VolumeStates {
-				if v == nil {
-					return structs.ErrInvalid("allocation %q: empty state of volume %q", u.ID, k)
-				}
-				vc := *v
-				c.VolumeStates[k] = &vc
-			}
+			c.VolumeStates = structs.CopyStates(u.VolumeStates)
+		}
+		if u.TaskStates != nil {
+			c.TaskStates = structs.CopyStates(u.TaskStates)
 		}
 		// The rule the FSM applies again to the allocation as it is then.
 		if _, err := a.MergeClientUpdate(c); err != nil {
@@ -104,7 +103,8 @@ func (e *Node) UpdateAlloc(args *structs.NodeUpdateAllocRequest, reply *structs.
 			return err
 		}
 		if c.ClientStatus == a.ClientStatus && c.ClientDescription == a.ClientDescription &&
-			maps.EqualFunc(c.VolumeStates, a.VolumeStates, func(x, y *structs.AllocVolumeState) bool { return *x == *y }) {
+			maps.EqualFunc(c.VolumeStates, a.VolumeStates, func(x, y *structs.AllocVolumeState) bool { return *x == *y }) &&
+			maps.EqualFunc(c.TaskStates, a.TaskStates, func(x, y *structs.TaskState) bool { return x != nil && y != nil && *x == *y }) {
 			continue
 		}
 		changed = append(changed, c)

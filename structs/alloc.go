@@ -43,6 +43,10 @@ type Allocation struct {
 	// volumes, by alias, as the client last reported them.
 	VolumeStates map[string]*AllocVolumeState
 
+	// TaskStates are the client's tasks of the allocation, by name, as the
+	// client last reported them.
+	TaskStates map[string]*TaskState
+
 	CreateIndex uint64
 	ModifyIndex uint64
 	CreateTime  int64
@@ -55,20 +59,48 @@ func (a *Allocation) Copy() *Allocation {
 		return nil
 	}
 	c := *a
-	if a.VolumeStates != nil {
-		c.VolumeStates = make(map[string]*AllocVolumeState, len(a.VolumeStates))
-		for k, v := range a.VolumeStates {
-			if v == nil {
-				// Only a malformed request carries one; copying it must
-				// not panic the FSM that refuses it.
-				c.VolumeStates[k] = nil
-				continue
-			}
-			vc := *v
-			c.VolumeStates[k] = &vc
-		}
-	}
+	c.VolumeStates = CopyStates(a.VolumeStates)
+	c.TaskStates = CopyStates(a.TaskStates)
 	return &c
+}
+
+// CopyStates deep-copies a map of an allocation's reported states. A nil entry stays nil:
+// only a malformed request carries one, and copying it must not panic the
+// FSM that refuses it.
+func CopyStates[T any](m map[string]*T) map[string]*T {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]*T, len(m))
+	for k, v := range m {
+		if v == nil {
+			out[k] = nil
+			continue
+		}
+		vc := *v
+		out[k] = &vc
+	}
+	return out
+}
+
+// Task states, as Nomad's.
+const (
+	TaskStatePending = "pending"
+	TaskStateRunning = "running"
+	TaskStateDead    = "dead"
+)
+
+// TaskState is how one task of an allocation stands on its client.
+type TaskState struct {
+	// State is pending, running or dead.
+	State string
+	// Failed is set when a dead task failed on its own (not stopped by
+	// the client).
+	Failed bool
+	// Description says how it ended, e.g. "task t: exit code 3".
+	Description string `json:",omitempty"`
+	StartedAt   int64  `json:",omitempty"`
+	FinishedAt  int64  `json:",omitempty"`
 }
 
 // Steps a client reports for an allocation's volume.
@@ -145,6 +177,7 @@ type AllocClientUpdate struct {
 	ClientStatus      string
 	ClientDescription string
 	VolumeStates      map[string]*AllocVolumeState
+	TaskStates        map[string]*TaskState
 }
 
 // NodeUpdateAllocRequest is a client reporting its allocations' status.
@@ -206,7 +239,7 @@ func (a *Allocation) CheckUpdate(next *Allocation) error {
 // MergeClientUpdate applies what the allocation's client reports (next,
 // the allocation as the client's update would write it) onto a copy of the
 // stored allocation a, and returns it. Only the client's fields are taken:
-// client status and description and volume states; what the servers own
+// client status and description, volume states and task states; what the servers own
 // (desired status) stays as stored, so a report racing a job stop cannot
 // undo the stop. The result must pass CheckUpdate.
 //
@@ -224,9 +257,20 @@ func (a *Allocation) MergeClientUpdate(next *Allocation) (*Allocation, error) {
 			return nil, ErrInvalid("allocation %q: empty state of volume %q", a.ID, alias)
 		}
 	}
+	for name, ts := range next.TaskStates {
+		if ts == nil {
+			return nil, ErrInvalid("allocation %q: empty state of task %q", a.ID, name)
+		}
+	}
 	out := a.Copy()
 	out.ClientStatus, out.ClientDescription = next.ClientStatus, next.ClientDescription
-	out.VolumeStates = next.Copy().VolumeStates
+	nc := next.Copy()
+	out.VolumeStates = nc.VolumeStates
+	if nc.TaskStates != nil {
+		// A client that does not report its tasks (an older one) leaves
+		// them as they were.
+		out.TaskStates = nc.TaskStates
+	}
 	if err := a.CheckUpdate(out); err != nil {
 		return nil, err
 	}

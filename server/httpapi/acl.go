@@ -17,6 +17,9 @@ import (
 // servers' ACL table test.
 var routeEndpoints = map[string]string{
 	"GET /v1/volumes":                           "CSIVolume.List",
+	"GET /v1/client/fs/logs/{alloc}":            "FileSystem.Logs",
+	"GET /{$}":                                  "Agent.UI",
+	"GET /ui/":                                  "Agent.UI",
 	"PUT /v1/volumes/snapshot":                  "CSIVolume.CreateSnapshot",
 	"POST /v1/volumes/snapshot":                 "CSIVolume.CreateSnapshot",
 	"GET /v1/volumes/snapshot":                  "CSIVolume.ListSnapshots",

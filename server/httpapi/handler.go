@@ -62,6 +62,9 @@
 // With ACLs enabled every route's endpoint (routeEndpoints) is checked
 // against the caller's token by the servers; a refusal is a 403 whose body
 // is "Permission denied" (or "ACL token not found", "ACL token expired").
+
+//	GET         /v1/client/fs/logs/:alloc?task=&type=[&follow=&origin=&offset=&plain=]  a task's stdout or stderr (see allocLogs)
+//	GET         /ui/                                          the web UI (see ui.go); / redirects there
 //
 // Reads take index, wait, stale, namespace, region, prefix, per_page and
 // next_token, and answer with X-Nomad-Index, X-Nomad-KnownLeader,
@@ -83,6 +86,7 @@ import (
 
 	"github.com/volplane/volplane/state"
 	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/ui"
 )
 
 // Backend is the server as the HTTP API sees it.
@@ -272,8 +276,11 @@ func (h *handler) routes() {
 	}
 	// Routes that write their own answer: a stream, and a foreign format.
 	for pattern, fn := range map[string]http.HandlerFunc{
-		"GET /v1/event/stream": h.eventStream,
-		"GET /v1/metrics":      h.metrics,
+		"GET /v1/event/stream":           h.eventStream,
+		"GET /v1/metrics":                h.metrics,
+		"GET /v1/client/fs/logs/{alloc}": h.allocLogs,
+		"GET /{$}":                       uiRedirect,
+		"GET /ui/":                       uiHandler(ui.Bundle()).ServeHTTP,
 	} {
 		h.handle(pattern, fn)
 	}

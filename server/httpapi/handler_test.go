@@ -95,8 +95,9 @@ func TestNewHandler_NilBackendPanics(t *testing.T) {
 
 func TestRoutes_UnknownPathIs404(t *testing.T) {
 	_, h := newTestHandler(t)
+	// "/" is not among them: it sends browsers to the UI (TestUI_Served).
 	for _, p := range []string{
-		"/", "/v1", "/v1/volume", "/v1/volume/csi/", "/v1/volume/csi/vol1/extra",
+		"/v1", "/v1/volume", "/v1/volume/csi/", "/v1/volume/csi/vol1/extra",
 		"/v1/volume/host/vol1", "/v1/volumes/other", "/v1/plugin/csi/", "/v1/node/",
 		"/v1/job", "/v1/job/", "/v1/job/j/evaluations", "/v1/allocation/", "/v1/status", "/v1/operator/raft",
 	} {

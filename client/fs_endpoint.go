@@ -1,0 +1,181 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// FileSystem is the endpoint servers call on this client for the files of
+// its allocations (Nomad's name for it): the logs of their tasks, which
+// the task shims append to under the allocation's directory.
+type FileSystem struct {
+	c *Client
+}
+
+// logPollInterval is how often a Logs call that waits for output looks at
+// the log again. Task output arrives through files the shim writes, which
+// tell no one; a tenth of a second is quick for a person reading and costs
+// a stat per waiting caller.
+const logPollInterval = 100 * time.Millisecond
+
+// Logs returns a chunk of a task's stdout or stderr (see
+// structs.FSLogsRequest). With a Wait, a call that finds nothing new waits
+// for output, for the task to end, or for the wait (or the server's
+// deadline) to pass, whichever comes first.
+func (e *FileSystem) Logs(args *structs.FSLogsRequest, reply *structs.FSLogsResponse) error {
+	ctx, cancel := e.c.calls.Context(args)
+	defer cancel()
+	if args.AllocID == "" {
+		return structs.ErrInvalid("logs: missing allocation ID")
+	}
+	logType := args.LogType
+	switch logType {
+	case "":
+		logType = structs.LogTypeStdout
+	case structs.LogTypeStdout, structs.LogTypeStderr:
+	default:
+		return structs.ErrInvalid("logs: unknown log type %q: want %s or %s", logType, structs.LogTypeStdout, structs.LogTypeStderr)
+	}
+	if args.Offset < 0 {
+		return structs.ErrInvalid("logs: negative offset %d", args.Offset)
+	}
+	r := e.c.allocs.runner(args.AllocID)
+	if r == nil {
+		return structs.ErrNotFound("allocation %q is not on node %q, or its files were removed", args.AllocID, e.c.NodeID())
+	}
+	task, err := r.logTask(args.Task)
+	if err != nil {
+		return err
+	}
+	paths := newTaskPaths(e.c.allocDir(r.id), task)
+	path := paths.Stdout
+	if logType == structs.LogTypeStderr {
+		path = paths.Stderr
+	}
+	limit := args.Limit
+	if limit <= 0 || limit > structs.MaxLogChunk {
+		limit = structs.MaxLogChunk
+	}
+	wait := min(args.Wait, structs.MaxLogWait)
+	deadline := time.Now().Add(wait)
+
+	// pos is where to read from, from the start of the log; an offset from
+	// the end is turned into one on the first read, so that output written
+	// while the call waits is not skipped.
+	pos, fromEnd := args.Offset, args.Origin == structs.LogOriginEnd
+	if args.Origin != "" && args.Origin != structs.LogOriginStart && !fromEnd {
+		return structs.ErrInvalid("logs: unknown origin %q: want %s or %s", args.Origin, structs.LogOriginStart, structs.LogOriginEnd)
+	}
+	reply.Task = task
+	reply.File = "alloc/logs/" + segment(task) + "." + logType
+	for {
+		// Whether the task ended is read before the log, so that a task
+		// that ends meanwhile is not reported done before its last output
+		// was read.
+		done := r.taskDone(task)
+		data, next, eof, err := readLogChunk(path, pos, fromEnd, limit)
+		if err != nil {
+			return structs.Wrap(err, "reading the %s of task %q of allocation %q", logType, task, r.id)
+		}
+		pos, fromEnd = next, false
+		left := time.Until(deadline)
+		if len(data) > 0 || !eof || done || left <= 0 {
+			reply.Data, reply.Offset, reply.EOF, reply.Done = data, next, eof, done && eof
+			return nil
+		}
+		t := time.NewTimer(min(logPollInterval, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			// The server stopped waiting: it hears that nothing came.
+			reply.Offset, reply.EOF = next, true
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// readLogChunk reads up to limit bytes of the log at path from pos (from
+// its end when fromEnd). It returns the bytes, the position after them from
+// the start of the log, and whether they reach its end. A log not written
+// yet (the task has not started) is empty.
+func readLogChunk(path string, pos int64, fromEnd bool, limit int) (data []byte, next int64, eof bool, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, true, nil
+	}
+	if err != nil {
+		return nil, 0, false, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, false, err
+	}
+	size := fi.Size()
+	if fromEnd {
+		pos = max(size-pos, 0)
+	}
+	// Logs only grow; a position past the end (a caller's guess) is the
+	// end.
+	pos = min(pos, size)
+	n := min(int64(limit), size-pos)
+	data = make([]byte, n)
+	got, err := f.ReadAt(data, pos)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, 0, false, err
+	}
+	data = data[:got]
+	next = pos + int64(got)
+	return data, next, next >= size, nil
+}
+
+// logTask resolves the task a logs request names: the named one, which must
+// be one of the group's, or the group's only task.
+func (r *allocRunner) logTask(name string) (string, error) {
+	r.mu.Lock()
+	group := r.rec.Group
+	r.mu.Unlock()
+	if group == nil {
+		return "", structs.ErrNotFound("allocation %q: its task group is unknown on this node", r.id)
+	}
+	var names []string
+	for _, t := range group.Tasks {
+		names = append(names, t.Name)
+	}
+	switch {
+	case name != "" && slices.Contains(names, name):
+		return name, nil
+	case name != "":
+		return "", structs.ErrNotFound("allocation %q has no task %q (its tasks: %s)", r.id, name, strings.Join(names, ", "))
+	case len(names) == 1:
+		return names[0], nil
+	}
+	return "", structs.ErrInvalid("allocation %q runs %s; name the task", r.id, taskList(names))
+}
+
+func taskList(names []string) string {
+	if len(names) == 0 {
+		return "no tasks"
+	}
+	return fmt.Sprintf("tasks %s", strings.Join(names, ", "))
+}
+
+// taskDone reports whether the task will write no more output: it ended,
+// or the allocation did (perhaps before the task ever started).
+func (r *allocRunner) taskDone(task string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.rec.Done {
+		return true
+	}
+	t := r.tasks[task]
+	return t != nil && t.State == taskDead
+}
