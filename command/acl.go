@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/cli"
 
+	"github.com/volplane/volplane/api"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -176,36 +177,16 @@ List Options:
 }
 
 func (c *ACLPolicyListCommand) Run(args []string) int {
-	var asJSON bool
-	f := c.FlagSet("acl policy list", FlagSetClient)
-	f.BoolVar(&asJSON, "json", false, "")
-	if ok, code := c.Parse(c, f, args); !ok {
-		return code
-	}
-	if f.NArg() != 0 {
-		return c.UsageError(c, "This command takes no arguments")
-	}
-	client, err := c.Client()
-	if err != nil {
-		return c.Fail("creating client", err)
-	}
-	policies, _, err := client.ACLPolicies().List(nil)
-	if err != nil {
-		return c.Fail("listing ACL policies", err)
-	}
-	if asJSON {
-		return c.OutputJSON(policies)
-	}
-	if len(policies) == 0 {
-		c.Ui.Output("No policies found")
-		return 0
-	}
-	var rows [][]string
-	for _, p := range policies {
-		rows = append(rows, []string{p.Name, p.Description})
-	}
-	c.Ui.Output(table([]string{"Name", "Description"}, rows))
-	return 0
+	return runList(&c.Meta, c, listCommand[*structs.ACLPolicyListStub]{
+		name: "acl policy list", doing: "listing ACL policies",
+		list: func(client *api.Client) ([]*structs.ACLPolicyListStub, error) {
+			policies, _, err := client.ACLPolicies().List(nil)
+			return policies, err
+		},
+		none:   "No policies found",
+		header: []string{"Name", "Description"},
+		row:    func(p *structs.ACLPolicyListStub) []string { return []string{p.Name, p.Description} },
+	}, args)
 }
 
 // ACLPolicyInfoCommand shows one policy.

@@ -95,38 +95,20 @@ List Options:
 }
 
 func (c *ACLTokenListCommand) Run(args []string) int {
-	var asJSON bool
-	f := c.FlagSet("acl token list", FlagSetClient)
-	f.BoolVar(&asJSON, "json", false, "")
-	if ok, code := c.Parse(c, f, args); !ok {
-		return code
-	}
-	if f.NArg() != 0 {
-		return c.UsageError(c, "This command takes no arguments")
-	}
-	client, err := c.Client()
-	if err != nil {
-		return c.Fail("creating client", err)
-	}
-	tokens, _, err := client.ACLTokens().List(nil)
-	if err != nil {
-		return c.Fail("listing ACL tokens", err)
-	}
-	if asJSON {
-		return c.OutputJSON(tokens)
-	}
-	if len(tokens) == 0 {
-		c.Ui.Output("No tokens found")
-		return 0
-	}
 	now := time.Now()
-	var rows [][]string
-	for _, t := range tokens {
-		expired := t.ExpirationTime != nil && !now.Before(*t.ExpirationTime)
-		rows = append(rows, []string{t.Name, t.Type, yesNo(t.Global), t.AccessorID, yesNo(expired)})
-	}
-	c.Ui.Output(table([]string{"Name", "Type", "Global", "Accessor ID", "Expired"}, rows))
-	return 0
+	return runList(&c.Meta, c, listCommand[*structs.ACLTokenListStub]{
+		name: "acl token list", doing: "listing ACL tokens",
+		list: func(client *api.Client) ([]*structs.ACLTokenListStub, error) {
+			tokens, _, err := client.ACLTokens().List(nil)
+			return tokens, err
+		},
+		none:   "No tokens found",
+		header: []string{"Name", "Type", "Global", "Accessor ID", "Expired"},
+		row: func(t *structs.ACLTokenListStub) []string {
+			expired := t.ExpirationTime != nil && !now.Before(*t.ExpirationTime)
+			return []string{t.Name, t.Type, yesNo(t.Global), t.AccessorID, yesNo(expired)}
+		},
+	}, args)
 }
 
 // ACLTokenInfoCommand shows a token by accessor.

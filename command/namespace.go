@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/cli"
 
+	"github.com/volplane/volplane/api"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -100,36 +101,16 @@ List Options:
 }
 
 func (c *NamespaceListCommand) Run(args []string) int {
-	var asJSON bool
-	f := c.FlagSet("namespace list", FlagSetClient)
-	f.BoolVar(&asJSON, "json", false, "")
-	if ok, code := c.Parse(c, f, args); !ok {
-		return code
-	}
-	if f.NArg() != 0 {
-		return c.UsageError(c, "This command takes no arguments")
-	}
-	client, err := c.Client()
-	if err != nil {
-		return c.Fail("creating client", err)
-	}
-	nss, _, err := client.Namespaces().List(nil)
-	if err != nil {
-		return c.Fail("listing namespaces", err)
-	}
-	if asJSON {
-		return c.OutputJSON(nss)
-	}
-	if len(nss) == 0 {
-		c.Ui.Output("No namespaces found")
-		return 0
-	}
-	var rows [][]string
-	for _, n := range nss {
-		rows = append(rows, []string{n.Name, n.Description})
-	}
-	c.Ui.Output(table([]string{"Name", "Description"}, rows))
-	return 0
+	return runList(&c.Meta, c, listCommand[*structs.Namespace]{
+		name: "namespace list", doing: "listing namespaces",
+		list: func(client *api.Client) ([]*structs.Namespace, error) {
+			nss, _, err := client.Namespaces().List(nil)
+			return nss, err
+		},
+		none:   "No namespaces found",
+		header: []string{"Name", "Description"},
+		row:    func(n *structs.Namespace) []string { return []string{n.Name, n.Description} },
+	}, args)
 }
 
 // NamespaceStatusCommand shows one namespace.
