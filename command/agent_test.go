@@ -178,6 +178,7 @@ func TestAgentCommand_DevRunsAndStops(t *testing.T) {
 	must.StrContains(t, out, "Development mode")
 	// The ports printed are the ones bound, not 0 nor the defaults.
 	must.RegexMatch(t, regexp.MustCompile(`RPC 127\.0\.0\.1:[1-9][0-9]*, HTTP http://127\.0\.0\.1:[1-9][0-9]*`), out)
-	must.StrNotContains(t, out, ":4646")
-	must.StrNotContains(t, out, ":4647")
+	// A free port may start with the digits of a default one (":46475"), so
+	// the defaults are matched as whole port numbers.
+	must.False(t, regexp.MustCompile(`:464[67]\b`).MatchString(out), must.Sprint(out))
 }
