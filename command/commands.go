@@ -100,7 +100,7 @@ func builtinCommands(ui cli.Ui, stdin io.Reader) map[string]cli.CommandFactory {
 		"node": parent("node", "Inspect client nodes",
 			"Inspect the client nodes and the CSI plugins they run."),
 		"node status": func() (cli.Command, error) { return &NodeStatusCommand{Meta: meta()}, nil },
-		"node drain":  func() (cli.Command, error) { return &NodeDrainCommand{Meta: meta()}, nil },
+		"node drain":  func() (cli.Command, error) { return &NodeDrainCommand{Meta: meta(), Stdin: stdin}, nil },
 		"node eligibility": func() (cli.Command, error) {
 			return &NodeEligibilityCommand{Meta: meta()}, nil
 		},

@@ -1,8 +1,11 @@
 package command
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/signal"
@@ -19,7 +22,11 @@ import (
 const defaultDrainDeadline = time.Hour
 
 // NodeDrainCommand starts or ends the drain of a node, as Nomad's.
-type NodeDrainCommand struct{ Meta }
+type NodeDrainCommand struct {
+	Meta
+	// Stdin is where the answer to the confirmation is read from.
+	Stdin io.Reader
+}
 
 func (c *NodeDrainCommand) Synopsis() string { return "Toggle drain mode on a given node" }
 
@@ -122,7 +129,7 @@ func (c *NodeDrainCommand) Run(args []string) int {
 	if disable {
 		verb = "disable"
 	}
-	if arg != node.ID && !yes && !c.confirm(fmt.Sprintf("Are you sure you want to %s drain mode for node %q? [y/N]", verb, node.ID)) {
+	if arg != node.ID && !yes && !confirm(&c.Meta, c.Stdin, fmt.Sprintf("Are you sure you want to %s drain mode for node %q? [y/N]", verb, node.ID)) {
 		return 0
 	}
 	meta := map[string]string{}
@@ -194,14 +201,16 @@ func drainSpecOf(enable, disable bool, deadline string, force, noDeadline, ignor
 	return spec, nil
 }
 
-// confirm asks a yes/no question; only an exact "y" is a yes, as Nomad's.
-func (m *Meta) confirm(question string) bool {
-	answer, err := m.Ui.Ask(question)
-	if err != nil {
+// confirm asks a yes/no question and reads the answer, a line, from in;
+// only an exact "y" is a yes, as Nomad's.
+func confirm(m *Meta, in io.Reader, question string) bool {
+	m.Ui.Output(question)
+	answer, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
 		m.Ui.Error(fmt.Sprintf("Failed to parse answer: %v", err))
 		return false
 	}
-	if answer != "y" {
+	if strings.TrimSpace(answer) != "y" {
 		m.Ui.Output("Canceling drain toggle")
 		return false
 	}
