@@ -55,6 +55,13 @@ func (s *Server) runDrainer(done <-chan struct{}) {
 		if !waitChangeOrTime(ctx, ws, next) {
 			return
 		}
+		// Let a burst of writes (every claim is one) settle into one pass,
+		// as the placer does.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(placerSettle):
+		}
 	}
 }
 
