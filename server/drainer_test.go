@@ -167,3 +167,32 @@ func TestNodeEndpoint_DrainAndEligibility(t *testing.T) {
 	must.Eq(t, structs.NodeSchedulingEligible, n4.SchedulingEligibility)
 	must.Eq(t, structs.DrainStatusCanceled, n4.LastDrain.Status)
 }
+
+// TestNodeEndpoint_DrainACL: node write drains and records the token's
+// accessor in the last drain; node read is refused and changes nothing.
+func TestNodeEndpoint_DrainACL(t *testing.T) {
+	s, mgmt := aclTestServer(t, nil)
+	node := registerNode(t, s)
+	reader := tokenWith(t, s, mgmt, `node { policy = "read" }`)
+	writer := tokenWith(t, s, mgmt, `node { policy = "write" }`)
+
+	req := &structs.NodeUpdateDrainRequest{NodeID: node.ID, DrainStrategy: &structs.DrainStrategy{DrainSpec: structs.DrainSpec{Deadline: time.Hour}}}
+	req.AuthToken = reader.SecretID
+	err := s.RPC("Node.UpdateDrain", req, &structs.NodeDrainUpdateResponse{})
+	must.Eq(t, structs.ErrCodePermissionDenied, structs.CodeOf(err), must.Sprint(err))
+	elig := &structs.NodeUpdateEligibilityRequest{NodeID: node.ID, Eligibility: structs.NodeSchedulingIneligible}
+	elig.AuthToken = reader.SecretID
+	err = s.RPC("Node.UpdateEligibility", elig, &structs.NodeEligibilityUpdateResponse{})
+	must.Eq(t, structs.ErrCodePermissionDenied, structs.CodeOf(err), must.Sprint(err))
+	n, err := s.State().NodeByID(nil, node.ID)
+	must.NoError(t, err)
+	must.Nil(t, n.DrainStrategy)
+	must.Eq(t, structs.NodeSchedulingEligible, n.SchedulingEligibility)
+
+	req.AuthToken = writer.SecretID
+	must.NoError(t, s.RPC("Node.UpdateDrain", req, &structs.NodeDrainUpdateResponse{}))
+	n, err = s.State().NodeByID(nil, node.ID)
+	must.NoError(t, err)
+	must.NotNil(t, n.LastDrain)
+	must.Eq(t, writer.AccessorID, n.LastDrain.AccessorID)
+}
