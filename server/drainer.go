@@ -27,7 +27,7 @@ const drainRetry = time.Second
 //     unpublish, by the volume watcher;
 //  3. only then are the allocations of system jobs, the node plugins
 //     among them, stopped, unless the drain ignores system jobs; once they
-//     ended too, the drain is complete: the strategy is cleared, the node
+//     ended too (and released any claims of their own), the drain is complete: the strategy is cleared, the node
 //     stays ineligible, and LastDrain says complete.
 //
 // When the drain's deadline passes, whatever is left is stopped at once and
@@ -101,11 +101,12 @@ type DrainProgress struct {
 	// Migrating are the non-system allocations still to stop, or stopped
 	// but not done on the node (running, or holding claims).
 	Migrating []*structs.Allocation
-	// Claims are the volumes on which the migrating allocations still
-	// hold a claim (live or past), by allocation ID.
+	// Claims are the volumes on which the allocations above still hold a
+	// claim (live or past), by allocation ID.
 	Claims map[string][]string
-	// System are the allocations of system jobs that still run or are
-	// still to stop (empty when the drain ignores system jobs).
+	// System are the allocations of system jobs that still run, are
+	// still to stop or still hold claims on the node (empty when the
+	// drain ignores system jobs).
 	System []*structs.Allocation
 }
 
@@ -122,10 +123,7 @@ func drainProgress(st *state.StateStore, node *structs.Node) (*DrainProgress, er
 		if err != nil {
 			return nil, err
 		}
-		if system {
-			if !ignoreSystem && !allocDoneOnNode(a, node) {
-				p.System = append(p.System, a)
-			}
+		if system && ignoreSystem {
 			continue
 		}
 		claims, err := allocClaims(st, a)
@@ -135,7 +133,12 @@ func drainProgress(st *state.StateStore, node *structs.Node) (*DrainProgress, er
 		if len(claims) > 0 {
 			p.Claims[a.ID] = claims
 		}
-		if !allocDoneOnNode(a, node) || len(claims) > 0 {
+		if allocDoneOnNode(a, node) && len(claims) == 0 {
+			continue
+		}
+		if system {
+			p.System = append(p.System, a)
+		} else {
 			p.Migrating = append(p.Migrating, a)
 		}
 	}
