@@ -100,6 +100,10 @@ func builtinCommands(ui cli.Ui, stdin io.Reader) map[string]cli.CommandFactory {
 		"node": parent("node", "Inspect client nodes",
 			"Inspect the client nodes and the CSI plugins they run."),
 		"node status": func() (cli.Command, error) { return &NodeStatusCommand{Meta: meta()}, nil },
+		"node drain":  func() (cli.Command, error) { return &NodeDrainCommand{Meta: meta(), Stdin: stdin}, nil },
+		"node eligibility": func() (cli.Command, error) {
+			return &NodeEligibilityCommand{Meta: meta()}, nil
+		},
 		"job": parent("job", "Run and inspect jobs",
 			"Run, stop and inspect jobs: workloads whose task groups use volumes."),
 		"job run": func() (cli.Command, error) {

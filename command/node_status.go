@@ -1,6 +1,7 @@
 package command
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -44,15 +45,23 @@ func (c *NodeStatusCommand) Run(args []string) int {
 			return stubs, err
 		},
 		none:   "No nodes",
-		header: []string{"ID", "Name", "Status", "Plugins", "Last Heartbeat", "GC After"},
+		header: []string{"ID", "Name", "Drain", "Eligibility", "Status", "Plugins", "Last Heartbeat", "GC After"},
 		row: func(n *structs.NodeListStub, verbose bool) []string {
 			plugins := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(n.CSIControllerPlugins), n.CSINodePlugins...))))
-			return []string{shortID(n.ID, verbose), n.Name, n.Status, strings.Join(plugins, ","),
-				lastHeartbeat(n.LastHeartbeat, n.StatusUpdatedAt), timeOf(n.GCAfter)}
+			return []string{shortID(n.ID, verbose), n.Name, strconv.FormatBool(n.Drain), eligibility(n.SchedulingEligibility),
+				n.Status, strings.Join(plugins, ","), lastHeartbeat(n.LastHeartbeat, n.StatusUpdatedAt), timeOf(n.GCAfter)}
 		},
 		find: lookupNode,
-		detail: func(_ *api.Client, n *structs.Node, verbose bool) int {
-			c.Ui.Output(formatNode(n, verbose))
+		detail: func(client *api.Client, n *structs.Node, verbose bool) int {
+			out := formatNode(n, verbose)
+			if n.DrainStrategy != nil {
+				p, err := fetchDrainProgress(client, n.ID, c.QueryOptions())
+				if err != nil {
+					return c.Fail("reading the drain's progress", err)
+				}
+				out += "\n\n" + formatDrainProgress(p)
+			}
+			c.Ui.Output(out)
 			return 0
 		},
 		footer: securityNote,
@@ -82,13 +91,18 @@ func formatNode(n *structs.Node, verbose bool) string {
 		{"Address", n.Address},
 		{"Status", n.Status},
 		{"Status Description", n.StatusDescription},
+		{"Drain", drainText(n.DrainStrategy)},
+		{"Eligibility", eligibility(n.SchedulingEligibility)},
 		{"Last Heartbeat", lastHeartbeat(n.LastHeartbeat, n.StatusUpdatedAt)},
 		{"Status Changed", unixNano(n.StatusUpdatedAt)},
 		{"Introduced By", introducedBy(n.IntroducedBy)},
 	}
 	if !n.GCAfter.IsZero() {
 		// Down: when the servers remove it.
-		pairs = slices.Insert(pairs, 8, [2]string{"GC After", timeOf(n.GCAfter) + " (once no claim on it is left)"})
+		pairs = slices.Insert(pairs, 10, [2]string{"GC After", timeOf(n.GCAfter) + " (once no claim on it is left)"})
+	}
+	if n.LastDrain != nil {
+		pairs = append(pairs, [2]string{"Last Drain", lastDrainText(n.LastDrain)})
 	}
 	if verbose {
 		pairs = append(pairs,
@@ -166,4 +180,56 @@ func introducedBy(by string) string {
 		return "nothing (registered while the cluster was open)"
 	}
 	return by
+}
+
+// eligibility shows a node's scheduling eligibility; a node stored before
+// eligibility existed is eligible.
+func eligibility(e string) string {
+	if e == "" {
+		return structs.NodeSchedulingEligible
+	}
+	return e
+}
+
+// drainText describes a drain in progress, as Nomad's node status does.
+func drainText(d *structs.DrainStrategy) string {
+	if d == nil {
+		return "false"
+	}
+	var deadline string
+	switch {
+	case d.Deadline < 0:
+		deadline = "forced"
+	case d.Deadline == 0:
+		deadline = "no deadline"
+	default:
+		deadline = "deadline " + timeOf(d.ForceDeadline)
+	}
+	text := fmt.Sprintf("true (started %s, %s", timeOf(d.StartedAt), deadline)
+	if d.IgnoreSystemJobs {
+		text += ", ignoring system jobs"
+	}
+	return text + ")"
+}
+
+func lastDrainText(m *structs.DrainMetadata) string {
+	text := fmt.Sprintf("%s (started %s, updated %s)", m.Status, timeOf(m.StartedAt), timeOf(m.UpdatedAt))
+	if msg := m.Meta["message"]; msg != "" {
+		text += fmt.Sprintf(": %q", msg)
+	}
+	return text
+}
+
+// formatDrainProgress is the drain's progress in node status: what is
+// left on the node and the claims still held there.
+func formatDrainProgress(p *drainProgress) string {
+	claims := 0
+	for _, c := range p.claims {
+		claims += len(c)
+	}
+	head := fmt.Sprintf("Drain Progress\n%d allocations and %d volume claims left on the node", len(p.allocs), claims)
+	if len(p.allocs) == 0 {
+		return head
+	}
+	return head + "\n" + table([]string{"Alloc ID", "Job ID", "Name", "Desired", "Status", "Claims on the Node"}, p.rows())
 }

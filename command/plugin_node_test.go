@@ -117,9 +117,9 @@ func TestNodeStatus_List(t *testing.T) {
 
 	r := run(t, "", "node", "status")
 	must.Eq(t, 0, r.code, must.Sprint(r.stderr))
-	must.Eq(t, `ID        Name      Status  Plugins  Last Heartbeat        GC After
-node0001  worker-1  ready   dev,nfs  `+when+`  <none>
-node0002  worker-2  down    <none>   <none>                `+gcAfter+`
+	must.Eq(t, `ID        Name      Drain  Eligibility  Status  Plugins  Last Heartbeat        GC After
+node0001  worker-1  false  eligible     ready   dev,nfs  `+when+`  <none>
+node0002  worker-2  false  eligible     down    <none>   <none>                `+gcAfter+`
 `, r.out)
 	must.Eq(t, request{Method: "GET", Path: "/v1/nodes"}, f.requests()[0])
 }
@@ -140,6 +140,8 @@ Datacenter         = dc1
 Address            = 10.0.0.11
 Status             = ready
 Status Description = <none>
+Drain              = false
+Eligibility        = eligible
 Last Heartbeat     = `+time.Unix(0, updated.UnixNano()).Format(time.RFC3339)+`
 Status Changed     = `+time.Unix(0, updated.UnixNano()).Format(time.RFC3339)+`
 Introduced By      = nothing (registered while the cluster was open)

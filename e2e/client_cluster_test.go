@@ -497,7 +497,8 @@ func (e *clientEnv) checkNodeTable(t *testing.T, s Server, want map[string]strin
 	for name, status := range want {
 		row := rowOf(rows, e.nodeIDs[name])
 		must.SliceNotEmpty(t, row, must.Sprintf("no row for %s:\n%s", name, res.Stdout))
-		must.Eq(t, []string{e.nodeIDs[name], name, status, pluginID}, row[:4], must.Sprint(res))
+		// ID, Name, Drain, Eligibility, Status, Plugins, as Nomad's order.
+		must.Eq(t, []string{e.nodeIDs[name], name, "false", structs.NodeSchedulingEligible, status, pluginID}, row[:6], must.Sprint(res))
 	}
 }
 

@@ -341,6 +341,13 @@ func newRequest(mt structs.MessageType) any {
 		return &structs.NodeGCRequest{}
 	case structs.CSIPluginGCRequestType:
 		return &structs.CSIPluginGCRequest{}
+
+	case structs.NodeUpdateDrainRequestType:
+		return &structs.NodeUpdateDrainRequest{}
+	case structs.NodeUpdateEligibilityRequestType:
+		return &structs.NodeUpdateEligibilityRequest{}
+	case structs.AllocDrainStopRequestType:
+		return &structs.AllocDrainStopRequest{}
 	}
 	return nil
 }

@@ -282,6 +282,13 @@ func (p *placer) placeSystem(tg *structs.TaskGroup, gp *structs.GroupPlacement) 
 		if g.kept[n.ID] != nil || g.done[n.ID] {
 			continue
 		}
+		if !n.Eligible() {
+			// As Nomad's system scheduler: a node taken out of
+			// scheduling (draining, ineligible) is not one the job
+			// should cover, so it is left out rather than reported as
+			// blocking the job for ever.
+			continue
+		}
 		if p.delayed(g, n.ID, name+" on node "+n.ID, gp) {
 			delayed++
 			continue

@@ -559,3 +559,24 @@ func TestReschedulePolicy_Delay(t *testing.T) {
 	must.Zero(t, scheduler.ReschedulePolicy{}.Delay(3))
 	must.Eq(t, scheduler.ReschedulePolicy{BaseDelay: 30 * time.Second, MaxDelay: time.Hour}, scheduler.DefaultReschedulePolicy)
 }
+
+// TestPlace_DrainingAndIneligible: nothing new goes to a draining or an
+// ineligible node; a service job says why when no node is left, and a
+// system job leaves such nodes out without counting them as blocking.
+func TestPlace_DrainingAndIneligible(t *testing.T) {
+	h := newHarness(t, devNodes("n1", "n2", "n3")...)
+	h.s.Drain("n1")
+	h.s.Eligibility("n3", structs.NodeSchedulingIneligible)
+
+	plan := h.place(schedtest.Job("web", structs.JobTypeService, 2))
+	must.Eq(t, map[string]string{"web.g[0]": "n2", "web.g[1]": "n2"}, where(plan))
+
+	sys := h.place(schedtest.Job("sys", structs.JobTypeSystem, 0))
+	must.Eq(t, map[string]string{"sys.g[0]": "n2"}, where(sys))
+	mustPlacement(t, sys, 1, 1)
+
+	h.s.Eligibility("n2", structs.NodeSchedulingIneligible)
+	none := h.place(schedtest.Job("solo", structs.JobTypeService, 1))
+	must.Eq(t, map[string]string{}, where(none))
+	mustPlacement(t, none, 1, 0, "node n1: node is draining", "node n2: node is ineligible", "node n3: node is ineligible")
+}

@@ -136,6 +136,9 @@ var aclRules = map[string]aclRule{
 	"Node.UpdateAlloc":     nodeRule(),
 	"Node.GetNode":         tokenRule(nodeNeed(levelRead)),
 	"Node.List":            tokenRule(nodeNeed(levelRead)),
+	// Drain and eligibility: Nomad's node write.
+	"Node.UpdateDrain":       tokenRule(nodeNeed(levelWrite)),
+	"Node.UpdateEligibility": tokenRule(nodeNeed(levelWrite)),
 
 	"CSIVolume.Claim":      nodeRule(),
 	"CSIVolume.Get":        {kind: ruleToken, needs: []aclNeed{nsNeed(volumeReadCaps...)}, node: true},

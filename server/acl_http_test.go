@@ -24,6 +24,8 @@ var routeFixture = map[string]struct{ query, body string }{
 	"Job.Register":               {body: `{"Job":{"ID":"x","Name":"x","Type":"service"}}`},
 	"Operator.RaftRemovePeer":    {query: "id=nope"},
 	"Operator.NodeIntroCreate":   {body: `{}`},
+	"Node.UpdateDrain":           {body: `{"DrainSpec":{"Deadline":3600000000000}}`},
+	"Node.UpdateEligibility":     {body: `{"Eligibility":"ineligible"}`},
 	"ACL.UpsertPolicies":         {body: `{"Rules":"node { policy = \"read\" }"}`},
 	"ACL.UpsertTokens":           {body: `{"Name":"t","Type":"client","Policies":["target"]}`},
 	"Namespace.UpsertNamespaces": {body: `{"Name":"target"}`},

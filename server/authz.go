@@ -50,6 +50,8 @@ var rpcAccess = map[string]roleSet{
 	"Node.UpdateAlloc":                   nodeFacing,
 	"Node.GetNode":                       serverOnly,
 	"Node.List":                          serverOnly,
+	"Node.UpdateDrain":                   serverOnly,
+	"Node.UpdateEligibility":             serverOnly,
 	"CSIVolume.Claim":                    nodeFacing,
 	"CSIVolume.Get":                      nodeFacing,
 	"CSIVolume.List":                     serverOnly,

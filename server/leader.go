@@ -71,10 +71,14 @@ func (s *Server) establishLeadership() {
 		s.leaderMu.Unlock()
 		s.heartbeats.start()
 		defer s.heartbeats.stop()
-		s.leaderWG.Add(3)
+		s.leaderWG.Add(4)
 		go func() {
 			defer s.leaderWG.Done()
 			s.runPlacer(done)
+		}()
+		go func() {
+			defer s.leaderWG.Done()
+			s.runDrainer(done)
 		}()
 		go func() {
 			defer s.leaderWG.Done()

@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 
 	"github.com/hashicorp/go-memdb"
@@ -50,7 +51,11 @@ func upsertNodeTxn(txn *memdb.Txn, index uint64, node *structs.Node) error {
 	if existing != nil && subtle.ConstantTimeCompare([]byte(existing.SecretID), []byte(node.SecretID)) != 1 {
 		return structs.NewError(structs.ErrCodePermissionDenied, "node %q is registered with a different secret", node.ID)
 	}
-	return writeNodeTxn(txn, index, existing, node.Copy())
+	n := node.Copy()
+	// Drain and eligibility are the operator's: a registration, which
+	// the node's agent sends after every restart, keeps them.
+	n.KeepDrainState(existing)
+	return writeNodeTxn(txn, index, existing, n)
 }
 
 // UpdateNodeStatus applies a heartbeat: the status, its time and, when the
@@ -215,6 +220,9 @@ func nodesEqual(a, b *structs.Node) bool {
 		a.Status == b.Status &&
 		a.StatusDescription == b.StatusDescription &&
 		a.IntroducedBy == b.IntroducedBy &&
+		a.SchedulingEligibility == b.SchedulingEligibility &&
+		a.DrainStrategy.Equal(b.DrainStrategy) &&
+		reflect.DeepEqual(a.LastDrain, b.LastDrain) &&
 		structs.PluginsEqual(a.CSIControllerPlugins, b.CSIControllerPlugins) &&
 		structs.PluginsEqual(a.CSINodePlugins, b.CSINodePlugins)
 }

@@ -50,6 +50,10 @@ func TestMessageTypes_Named(t *testing.T) {
 
 		"NodeGC":      21,
 		"CSIPluginGC": 22,
+
+		"NodeUpdateDrain":       23,
+		"NodeUpdateEligibility": 24,
+		"AllocDrainStop":        25,
 	}, seen)
 }
 

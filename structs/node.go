@@ -52,6 +52,15 @@ type Node struct {
 	CSIControllerPlugins map[string]*CSIInfo
 	CSINodePlugins       map[string]*CSIInfo
 
+	// SchedulingEligibility, DrainStrategy and LastDrain are the
+	// operator's, as Nomad's: set by node drain and node eligibility,
+	// kept when the node's agent registers again.
+	SchedulingEligibility string
+	// DrainStrategy is set while the node is draining.
+	DrainStrategy *DrainStrategy
+	// LastDrain is what is known of the node's last drain.
+	LastDrain *DrainMetadata
+
 	// LastHeartbeat is when the leader last heard from the node. It is the
 	// leader's memory, not replicated state: filled in only on answers the
 	// leader gives, zero otherwise.
@@ -85,6 +94,8 @@ func (n *Node) Copy() *Node {
 	c.Attributes = maps.Clone(n.Attributes)
 	c.CSIControllerPlugins = copyInfoMap(n.CSIControllerPlugins)
 	c.CSINodePlugins = copyInfoMap(n.CSINodePlugins)
+	c.DrainStrategy = n.DrainStrategy.Copy()
+	c.LastDrain = n.LastDrain.Copy()
 	return &c
 }
 
@@ -128,6 +139,9 @@ func (n *Node) Validate() error {
 	if n.Status != "" && !ValidNodeStatus(n.Status) {
 		m.Add("unknown node status %q", n.Status)
 	}
+	if n.SchedulingEligibility != "" && !ValidEligibility(n.SchedulingEligibility) {
+		m.Add("unknown scheduling eligibility %q", n.SchedulingEligibility)
+	}
 	validateFingerprints(&m, n.CSIControllerPlugins, true)
 	validateFingerprints(&m, n.CSINodePlugins, false)
 	subject := "node"
@@ -159,17 +173,20 @@ func validateFingerprints(m *MultiError, infos map[string]*CSIInfo, controller b
 // Stub returns the list view.
 func (n *Node) Stub() *NodeListStub {
 	s := &NodeListStub{
-		ID:                n.ID,
-		Name:              n.Name,
-		Datacenter:        n.Datacenter,
-		Address:           n.Address,
-		Status:            n.Status,
-		StatusDescription: n.StatusDescription,
-		StatusUpdatedAt:   n.StatusUpdatedAt,
-		LastHeartbeat:     n.LastHeartbeat,
-		GCAfter:           n.GCAfter,
-		CreateIndex:       n.CreateIndex,
-		ModifyIndex:       n.ModifyIndex,
+		ID:                    n.ID,
+		Name:                  n.Name,
+		Datacenter:            n.Datacenter,
+		Address:               n.Address,
+		Status:                n.Status,
+		StatusDescription:     n.StatusDescription,
+		StatusUpdatedAt:       n.StatusUpdatedAt,
+		SchedulingEligibility: n.SchedulingEligibility,
+		Drain:                 n.DrainStrategy != nil,
+		LastDrain:             n.LastDrain.Copy(),
+		LastHeartbeat:         n.LastHeartbeat,
+		GCAfter:               n.GCAfter,
+		CreateIndex:           n.CreateIndex,
+		ModifyIndex:           n.ModifyIndex,
 	}
 	s.CSIControllerPlugins = sortedKeys(n.CSIControllerPlugins)
 	s.CSINodePlugins = sortedKeys(n.CSINodePlugins)
@@ -178,19 +195,24 @@ func (n *Node) Stub() *NodeListStub {
 
 // NodeListStub is the list view of a node.
 type NodeListStub struct {
-	ID                   string
-	Name                 string
-	Datacenter           string
-	Address              string
-	Status               string
-	StatusDescription    string
-	StatusUpdatedAt      int64
-	CSIControllerPlugins []string
-	CSINodePlugins       []string
-	LastHeartbeat        time.Time
-	GCAfter              time.Time `json:",omitzero"`
-	CreateIndex          uint64
-	ModifyIndex          uint64
+	ID                string
+	Name              string
+	Datacenter        string
+	Address           string
+	Status            string
+	StatusDescription string
+	StatusUpdatedAt   int64
+	// Drain says whether the node is draining; SchedulingEligibility and
+	// LastDrain are the node's, as in Nomad's node list.
+	Drain                 bool
+	SchedulingEligibility string
+	LastDrain             *DrainMetadata
+	CSIControllerPlugins  []string
+	CSINodePlugins        []string
+	LastHeartbeat         time.Time
+	GCAfter               time.Time `json:",omitzero"`
+	CreateIndex           uint64
+	ModifyIndex           uint64
 }
 
 // NodeRegisterRequest registers a node, or re-registers it after a restart.

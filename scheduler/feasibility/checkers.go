@@ -48,6 +48,31 @@ func (c *NodeReady) Feasible(node *structs.Node) bool {
 	return true
 }
 
+// Why NodeEligible filters a node, as Nomad's.
+const (
+	ReasonNodeDraining   = "node is draining"
+	ReasonNodeIneligible = "node is ineligible"
+)
+
+// NodeEligible filters nodes an operator took out of scheduling: draining
+// (node drain) or ineligible (node eligibility -disable). What runs there
+// stays; nothing new goes there, system jobs' allocations included.
+type NodeEligible struct{ reasons *Reasons }
+
+// NewNodeEligible returns the checker.
+func NewNodeEligible(r *Reasons) *NodeEligible { return &NodeEligible{reasons: r} }
+
+// Feasible implements Checker.
+func (c *NodeEligible) Feasible(node *structs.Node) bool {
+	switch {
+	case node.Draining():
+		return c.reasons.filter(node, ReasonNodeDraining)
+	case node.SchedulingEligibility == structs.NodeSchedulingIneligible:
+		return c.reasons.filter(node, ReasonNodeIneligible)
+	}
+	return true
+}
+
 // VolumesExist filters every node while a requested volume does not exist.
 // Placement reports missing volumes once rather than per node (see Missing);
 // this checker keeps a stack correct on its own.

@@ -99,6 +99,30 @@ func TestNodeReady(t *testing.T) {
 	})
 }
 
+func TestNodeEligible(t *testing.T) {
+	none := schedtest.Job("web", structs.JobTypeService, 1)
+	world := func(change func(s *schedtest.Store)) func(s *schedtest.Store) {
+		return func(s *schedtest.Store) {
+			s.Nodes(schedtest.Node("n1"))
+			change(s)
+		}
+	}
+	runChecks(t, func(_ *feasibility.Context, r *feasibility.Reasons, _ []*feasibility.Request, _ string) feasibility.Checker {
+		return feasibility.NewNodeEligible(r)
+	}, []checkCase{
+		{name: "eligible", world: world(func(*schedtest.Store) {}), job: none},
+		{name: "eligible again", world: world(func(s *schedtest.Store) {
+			s.Eligibility("n1", structs.NodeSchedulingIneligible)
+			s.Eligibility("n1", structs.NodeSchedulingEligible)
+		}), job: none},
+		{name: "ineligible", world: world(func(s *schedtest.Store) { s.Eligibility("n1", structs.NodeSchedulingIneligible) }),
+			job: none, want: "node is ineligible"},
+		{name: "draining", world: world(func(s *schedtest.Store) { s.Drain("n1") }), job: none, want: "node is draining"},
+		{name: "draining, system job too", world: world(func(s *schedtest.Store) { s.Drain("n1") }),
+			job: schedtest.Job("plugin", structs.JobTypeSystem, 1), want: "node is draining"},
+	})
+}
+
 func TestVolumesExist(t *testing.T) {
 	perAlloc := schedtest.Job("web", structs.JobTypeService, 2, schedtest.PerAlloc(schedtest.Writer("vol", snw)))
 	twoMissing := schedtest.Job("web", structs.JobTypeService, 1, schedtest.Writer("b", snw), schedtest.Writer("a", snw))

@@ -27,6 +27,7 @@ func NewStack(ctx *Context, tg *structs.TaskGroup, allocName string) *Stack {
 		Requests: reqs,
 		checkers: []Checker{
 			NewNodeReady(r),
+			NewNodeEligible(r),
 			NewVolumesExist(r, reqs),
 			NewVolumesSchedulable(r, reqs),
 			NewPluginOnNode(r, reqs),

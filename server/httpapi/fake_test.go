@@ -158,6 +158,10 @@ func (f *fakeBackend) RPC(method string, args, reply any) error {
 		// Copy keeps SecretID: the handler must not show it.
 		r.Node = f.nodes[a.NodeID].Copy()
 		r.QueryMeta = f.readMeta()
+	case "Node.UpdateDrain":
+		return f.nodeDrain(args.(*structs.NodeUpdateDrainRequest), reply.(*structs.NodeDrainUpdateResponse))
+	case "Node.UpdateEligibility":
+		return f.nodeEligibility(args.(*structs.NodeUpdateEligibilityRequest), reply.(*structs.NodeEligibilityUpdateResponse))
 	case "Status.Leader":
 		*reply.(*string) = f.leader
 	case "Status.Peers":
@@ -266,4 +270,60 @@ func claimedOn(v *structs.CSIVolume, nodeID string) bool {
 		}
 	}
 	return false
+}
+
+// nodeDrain is Node.UpdateDrain as the servers apply it, without a
+// drainer: the drain stays on until it is ended.
+func (f *fakeBackend) nodeDrain(a *structs.NodeUpdateDrainRequest, r *structs.NodeDrainUpdateResponse) error {
+	old := f.nodes[a.NodeID]
+	if old == nil {
+		return structs.ErrNotFound("node %q not found", a.NodeID)
+	}
+	n := old.Copy()
+	now := time.Now().UTC()
+	if a.DrainStrategy != nil {
+		d := a.DrainStrategy.Copy()
+		d.StartedAt = now
+		if d.Deadline > 0 {
+			d.ForceDeadline = now.Add(d.Deadline)
+		}
+		n.DrainStrategy = d
+		n.SchedulingEligibility = structs.NodeSchedulingIneligible
+		n.LastDrain = &structs.DrainMetadata{StartedAt: now, UpdatedAt: now, Status: structs.DrainStatusDraining, Meta: a.Meta}
+	} else {
+		n.DrainStrategy = nil
+		n.SchedulingEligibility = structs.NodeSchedulingIneligible
+		if a.MarkEligible {
+			n.SchedulingEligibility = structs.NodeSchedulingEligible
+		}
+		if n.LastDrain != nil {
+			n.LastDrain.Status, n.LastDrain.UpdatedAt = structs.DrainStatusCanceled, now
+		}
+	}
+	f.index++
+	n.ModifyIndex = f.index
+	f.nodes[n.ID] = n
+	r.NodeModifyIndex, r.Index = f.index, f.index
+	return nil
+}
+
+// nodeEligibility is Node.UpdateEligibility as the servers apply it.
+func (f *fakeBackend) nodeEligibility(a *structs.NodeUpdateEligibilityRequest, r *structs.NodeEligibilityUpdateResponse) error {
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	old := f.nodes[a.NodeID]
+	if old == nil {
+		return structs.ErrNotFound("node %q not found", a.NodeID)
+	}
+	if old.DrainStrategy != nil && a.Eligibility == structs.NodeSchedulingEligible {
+		return structs.ErrConflict("node %q: can not set node's scheduling eligibility to eligible while it is draining", a.NodeID)
+	}
+	n := old.Copy()
+	n.SchedulingEligibility = a.Eligibility
+	f.index++
+	n.ModifyIndex = f.index
+	f.nodes[n.ID] = n
+	r.NodeModifyIndex, r.Index = f.index, f.index
+	return nil
 }

@@ -28,6 +28,8 @@
 //	GET         /v1/plugin/csi/:id                            one plugin
 //	GET         /v1/nodes                                     bare JSON array of node stubs
 //	GET         /v1/node/:id                                  one node
+//	PUT, POST   /v1/node/:id/drain                            start, update or end a node's drain (Nomad's NodeUpdateDrainRequest)
+//	PUT, POST   /v1/node/:id/eligibility                      set a node's scheduling eligibility; body {"Eligibility"}
 //	PUT, POST   /v1/jobs                                      register a job; body {"Job":{...}}
 //	PUT, POST   /v1/job/:id                                   the same, for the job of that ID
 //	GET         /v1/jobs[?prefix=]                            bare JSON array of job stubs
@@ -246,6 +248,10 @@ func (h *handler) routes() {
 		"GET /v1/plugin/csi/{id}":                   h.pluginGet,
 		"GET /v1/nodes":                             h.nodeList,
 		"GET /v1/node/{id}":                         h.nodeGet,
+		"PUT /v1/node/{id}/drain":                   h.nodeDrain,
+		"POST /v1/node/{id}/drain":                  h.nodeDrain,
+		"PUT /v1/node/{id}/eligibility":             h.nodeEligibility,
+		"POST /v1/node/{id}/eligibility":            h.nodeEligibility,
 		"PUT /v1/jobs":                              h.jobRegister,
 		"POST /v1/jobs":                             h.jobRegister,
 		"GET /v1/jobs":                              h.jobList,

@@ -179,6 +179,8 @@ func TestErrors_EveryRoutePassesBackendErrorsThrough(t *testing.T) {
 		{"CSIPlugin.Get", http.MethodGet, "/v1/plugin/csi/p", ""},
 		{"Node.List", http.MethodGet, "/v1/nodes", ""},
 		{"Node.GetNode", http.MethodGet, "/v1/node/n", ""},
+		{"Node.UpdateDrain", http.MethodPut, "/v1/node/n/drain", `{"DrainSpec":{"Deadline":60000000000}}`},
+		{"Node.UpdateEligibility", http.MethodPut, "/v1/node/n/eligibility", `{"Eligibility":"ineligible"}`},
 		{"Status.Leader", http.MethodGet, "/v1/status/leader", ""},
 		{"Status.Peers", http.MethodGet, "/v1/status/peers", ""},
 		{"Operator.RaftListPeers", http.MethodGet, "/v1/operator/raft/configuration", ""},

@@ -83,6 +83,21 @@ func (s *Store) Nodes(nodes ...*structs.Node) {
 	}
 }
 
+// Drain starts draining a stored node, as node drain -enable does.
+func (s *Store) Drain(nodeID string) {
+	s.t.Helper()
+	now := time.Unix(1700000000, 0)
+	s.check(s.UpdateNodeDrain(s.next(), &structs.NodeUpdateDrainRequest{NodeID: nodeID, UpdatedAt: now,
+		Status: structs.DrainStatusDraining, DrainStrategy: &structs.DrainStrategy{StartedAt: now}}))
+}
+
+// Eligibility sets a stored node's scheduling eligibility.
+func (s *Store) Eligibility(nodeID, eligibility string) {
+	s.t.Helper()
+	s.check(s.UpdateNodeEligibility(s.next(), &structs.NodeUpdateEligibilityRequest{NodeID: nodeID,
+		Eligibility: eligibility, UpdatedAt: time.Unix(1700000000, 0)}))
+}
+
 // AllNodes reads every node back from the store.
 func (s *Store) AllNodes() []*structs.Node {
 	s.t.Helper()

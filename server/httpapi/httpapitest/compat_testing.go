@@ -112,6 +112,7 @@ func RunNomadClientCompat(t *testing.T, addr string, seed func(t *testing.T, fx 
 	t.Run("external volumes", c.externalVolumes)
 	t.Run("system gc", c.systemGC)
 	t.Run("not found", c.notFound)
+	t.Run("node drain and eligibility", c.nodeDrain)
 }
 
 type compat struct {
