@@ -376,7 +376,9 @@ func (a *attacker) badCertificates(t *testing.T) {
 		must.Error(t, err, must.Sprint(name))
 		must.StrContains(t, err.Error(), "TLS handshake", must.Sprint(name))
 	}
+	// Garbage after the TLS byte: closed, and the log says who and why.
 	expectClosed(t, s.RPCAddr(), append([]byte{rpc.RPCTLS}, []byte("GET / HTTP/1.1\r\n\r\n")...))
+	a.serverLogged(t, "refusing connection: TLS handshake failed", "remote=127.0.0.1:", "does not look like a TLS handshake")
 	// A certificate of another CA is not even sent: the server names the
 	// CAs it accepts.
 	a.serverLogged(t, "refusing connection: TLS handshake failed", "client didn't provide a certificate")

@@ -99,6 +99,16 @@ func TestTLS_GarbageAfterTLSByte(t *testing.T) {
 	conn := dialRaw(t, ts.addr, RPCTLS, 'G', 'E', 'T', ' ', '/', '\r', '\n', '\r', '\n')
 	expectClosed(t, conn)
 	expectRefused(t, ts, "tls_handshake", "TLS handshake failed")
+	// The log line says who was refused and why.
+	waitFor(t, 5*time.Second, "the refusal to name the peer and the reason", func() bool {
+		for _, line := range strings.Split(ts.logs.String(), "\n") {
+			if strings.Contains(line, "TLS handshake failed") && strings.Contains(line, "remote="+conn.LocalAddr().String()) &&
+				strings.Contains(line, "does not look like a TLS handshake") {
+				return true
+			}
+		}
+		return false
+	})
 
 	var reply EchoReply
 	must.NoError(t, tlsPool(t, files.Configurator(t, files.Client)).RPC(ts.addr, "Test.Echo", &EchoArgs{Msg: "up"}, &reply))
