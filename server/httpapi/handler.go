@@ -135,6 +135,16 @@ type Config struct {
 	// held.
 	WritesReady        <-chan struct{}
 	WritesReadyTimeout time.Duration
+
+	// Agent returns what the answering server says about itself and the
+	// servers it knows (/v1/agent/self, /v1/agent/members, the region of
+	// Nomad-shaped answers). Nil: those routes answer 404 and the region
+	// is "global".
+	Agent func() AgentInfo
+	// Authorize, when set (ACLs on), checks a token against the servers'
+	// ACL row of a route that makes no RPC call (routeEndpoints names it),
+	// for a request in namespace ("" for the default).
+	Authorize func(endpoint, token, namespace string) error
 }
 
 // DefaultBodyTimeout is the body read bound when Config.BodyTimeout is 0.
@@ -171,6 +181,8 @@ type handler struct {
 	writesReadyTimeout time.Duration
 
 	eventFilter func(token string) (func(ev state.Event) (bool, error), error)
+	agent       func() AgentInfo
+	authorize   func(endpoint, token, namespace string) error
 	// patterns are the routes, as registered, for Routes.
 	patterns []string
 }
@@ -196,6 +208,8 @@ func NewHandler(cfg Config) http.Handler {
 		writesReady:        cfg.WritesReady,
 		writesReadyTimeout: cfg.WritesReadyTimeout,
 		eventFilter:        cfg.EventFilter,
+		agent:              cfg.Agent,
+		authorize:          cfg.Authorize,
 	}
 	if h.logger == nil {
 		h.logger = hclog.NewNullLogger()
@@ -254,6 +268,22 @@ func (h *handler) routes() {
 		"GET /v1/job/{id}":                          h.jobGet,
 		"DELETE /v1/job/{id}":                       h.jobDeregister,
 		"GET /v1/job/{id}/allocations":              h.jobAllocations,
+		"GET /v1/job/{id}/summary":                  h.jobSummary,
+		"GET /v1/job/{id}/evaluations":              h.jobEvaluations,
+		"GET /v1/job/{id}/deployment":               h.jobDeployment,
+		"GET /v1/job/{id}/deployments":              h.jobDeployments,
+		"PUT /v1/job/{id}/plan":                     h.jobPlan,
+		"POST /v1/job/{id}/plan":                    h.jobPlan,
+		"PUT /v1/validate/job":                      h.jobValidate,
+		"POST /v1/validate/job":                     h.jobValidate,
+		"GET /v1/evaluations":                       h.evalList,
+		"GET /v1/evaluation/{id}":                   h.evalGet,
+		"GET /v1/evaluation/{id}/allocations":       h.evalAllocations,
+		"GET /v1/agent/self":                        h.agentSelf,
+		"GET /v1/agent/members":                     h.agentMembers,
+		"GET /v1/agent/health":                      h.agentHealth,
+		"GET /v1/regions":                           h.regions,
+		"GET /v1/operator/scheduler/configuration":  h.schedulerConfiguration,
 		"GET /v1/allocations":                       h.allocList,
 		"GET /v1/allocation/{id}":                   h.allocGet,
 		"GET /v1/status/leader":                     h.statusLeader,
