@@ -233,11 +233,11 @@ func TestJobRegister_BadBodies(t *testing.T) {
 		status int
 		want   string
 	}{
-		"empty":                {"", http.StatusBadRequest, "the body is empty"},
-		"no job":               {`{}`, http.StatusBadRequest, `the body has no job: send {"Job":{...}}`},
-		"null job":             {`{"Job":null}`, http.StatusBadRequest, "the body has no job"},
-		"unknown top field":    {`{"Job":{"ID":"j"},"Bogus":true}`, http.StatusBadRequest, `unknown field "Bogus"`},
-		"unknown job field":    {`{"Job":{"ID":"j","Bogus":["dc1"]}}`, http.StatusBadRequest, `unknown field "Bogus"`},
+		"empty":             {"", http.StatusBadRequest, "the body is empty"},
+		"no job":            {`{}`, http.StatusBadRequest, `the body has no job: send {"Job":{...}}`},
+		"null job":          {`{"Job":null}`, http.StatusBadRequest, "the body has no job"},
+		"unknown top field": {`{"Job":{"ID":"j"},"Bogus":true}`, http.StatusBadRequest, `unknown field "Bogus"`},
+		"unknown job field": {`{"Job":{"ID":"j","Bogus":["dc1"]}}`, http.StatusBadRequest, `unknown field "Bogus"`},
 		"unknown task field": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","Bogus":1}]}]}}`,
 			http.StatusBadRequest, `unknown field "Bogus"`},
 		"docker config": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","Config":{"image":"x"}}]}]}}`,
