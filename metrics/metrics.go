@@ -206,4 +206,3 @@ func (pastClaimsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(pastClaimDesc, prometheus.GaugeValue, float64(n), state)
 	}
 }
-
