@@ -22,6 +22,8 @@ type jobBackend struct {
 	*fakeBackend
 	jobs   map[string]*structs.Job        // by namespace + "/" + ID
 	allocs map[string]*structs.Allocation // by ID
+	// plan is what Job.Plan answers, with the planned and existing jobs.
+	plan structs.JobPlanResponse
 }
 
 func newJobTestHandler(t *testing.T) (*jobBackend, http.Handler) {
@@ -82,7 +84,7 @@ func (b *jobBackend) RPC(method string, args, reply any) error {
 	case "Job.List":
 		a, r := args.(*structs.JobListRequest), reply.(*structs.JobListResponse)
 		for _, k := range slices.Sorted(maps.Keys(b.jobs)) {
-			if j := b.jobs[k]; j.Namespace == a.RequestNamespace() && strings.HasPrefix(j.ID, a.Prefix) {
+			if j := b.jobs[k]; (a.Namespace == "*" || j.Namespace == a.RequestNamespace()) && strings.HasPrefix(j.ID, a.Prefix) {
 				r.Jobs = append(r.Jobs, j.Stub())
 			}
 		}
@@ -94,6 +96,15 @@ func (b *jobBackend) RPC(method string, args, reply any) error {
 				r.Allocations = append(r.Allocations, al.Copy())
 			}
 		}
+		r.QueryMeta = f.readMeta()
+	case "Job.Plan":
+		a, r := args.(*structs.JobPlanRequest), reply.(*structs.JobPlanResponse)
+		if err := a.Job.Validate(); err != nil {
+			return err
+		}
+		*r = b.plan
+		r.Job = a.Job.Copy()
+		r.Existing = b.jobs[volKey(a.Job.Namespace, a.Job.ID)].Copy()
 		r.QueryMeta = f.readMeta()
 	case "Alloc.GetAlloc":
 		a, r := args.(*structs.AllocSpecificRequest), reply.(*structs.SingleAllocResponse)
