@@ -159,10 +159,13 @@ var aclRules = map[string]aclRule{
 
 	"Job.Register": {kind: ruleToken, extra: jobNeeds},
 	// A plan takes what registering the job would, as Nomad's.
-	"Job.Plan":        {kind: ruleToken, extra: jobNeeds},
-	"Job.Deregister":  tokenRule(nsNeed(acl.NamespaceCapabilitySubmitJob)),
-	"Job.GetJob":      tokenRule(nsNeed(acl.NamespaceCapabilityReadJob)),
-	"Job.List":        tokenRule(nsNeed(acl.NamespaceCapabilityListJobs)),
+	"Job.Plan":       {kind: ruleToken, extra: jobNeeds},
+	"Job.Deregister": tokenRule(nsNeed(acl.NamespaceCapabilitySubmitJob)),
+	"Job.GetJob":     tokenRule(nsNeed(acl.NamespaceCapabilityReadJob)),
+	// Listing jobs: list-jobs, or read-job (a token that may read a job
+	// may see that it exists; the evaluations, found by ID among every
+	// job, take read-job, as Nomad's).
+	"Job.List":        tokenRule(nsNeed(acl.NamespaceCapabilityListJobs, acl.NamespaceCapabilityReadJob)),
 	"Job.Allocations": tokenRule(nsNeed(acl.NamespaceCapabilityReadJob)),
 	// Routes that read a job and derive Nomad's objects from it (summary,
 	// evaluations, deployments), and the validation of a job: Nomad's

@@ -102,15 +102,22 @@ func TestHTTP_NomadCLICompat(t *testing.T) {
 			must.NotNil(t, a)
 			req := &structs.VolumeRequest{AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter,
 				AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem}
-			_, err = claimFor(t, f, node, a, volumeID, req)
-			must.NoError(t, err)
+			// A 3-server cluster on a loaded machine may change leaders:
+			// retry what a client would retry.
+			testutil.WaitForResult(t, 15*time.Second, func() (bool, error) {
+				_, err := claimFor(t, f, node, a, volumeID, req)
+				return err == nil, err
+			})
 		},
 		Run: func(t *testing.T, allocID string, startedAt time.Time) {
 			update := &structs.NodeUpdateAllocRequest{NodeID: node.ID, SecretID: node.SecretID, Allocs: []*structs.AllocClientUpdate{{
 				ID: allocID, ClientStatus: structs.AllocClientStatusRunning,
 				TaskStates: map[string]*structs.TaskState{"t": {State: structs.TaskStateRunning, StartedAt: startedAt.UnixNano()}},
 			}}}
-			must.NoError(t, f.RPC("Node.UpdateAlloc", update, &structs.GenericResponse{}))
+			testutil.WaitForResult(t, 15*time.Second, func() (bool, error) {
+				err := f.RPC("Node.UpdateAlloc", update, &structs.GenericResponse{})
+				return err == nil, err
+			})
 		},
 	})
 }

@@ -15,7 +15,10 @@ import (
 // evaluations, calling fn with each job's until it returns true. volplane
 // stores no evaluations (see Evaluation), so finding one by ID means
 // deriving them; a cluster's job count bounds the work.
-func (h *handler) evalFind(r *http.Request, fn func(j *structs.Job, evals []*Evaluation, allocs []*structs.Allocation) bool) error {
+func (h *handler) evalFind(r *http.Request, endpoint string, fn func(j *structs.Job, evals []*Evaluation, allocs []*structs.Allocation) bool) error {
+	if err := h.authorizeRoute(r, endpoint); err != nil {
+		return err
+	}
 	var args structs.JobListRequest
 	if _, err := parseQueryOptions(r, &args.QueryOptions); err != nil {
 		return err
@@ -43,13 +46,13 @@ func (h *handler) evalFind(r *http.Request, fn func(j *structs.Job, evals []*Eva
 }
 
 // evalByID finds one derived evaluation, by its ID or a unique prefix of it.
-func (h *handler) evalByID(r *http.Request, id string) (*Evaluation, []*structs.Allocation, error) {
+func (h *handler) evalByID(r *http.Request, endpoint, id string) (*Evaluation, []*structs.Allocation, error) {
 	if id == "" {
 		return nil, nil, structs.ErrInvalid("missing evaluation ID")
 	}
 	var found *Evaluation
 	var allocs []*structs.Allocation
-	err := h.evalFind(r, func(_ *structs.Job, evals []*Evaluation, all []*structs.Allocation) bool {
+	err := h.evalFind(r, endpoint, func(_ *structs.Job, evals []*Evaluation, all []*structs.Allocation) bool {
 		for _, ev := range evals {
 			if ev.ID == id {
 				found, allocs = ev, all
@@ -69,7 +72,7 @@ func (h *handler) evalByID(r *http.Request, id string) (*Evaluation, []*structs.
 
 // evalGet serves GET /v1/evaluation/:id.
 func (h *handler) evalGet(w http.ResponseWriter, r *http.Request) (any, error) {
-	ev, _, err := h.evalByID(r, r.PathValue("id"))
+	ev, _, err := h.evalByID(r, "Eval.GetEval", r.PathValue("id"))
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +84,7 @@ func (h *handler) evalGet(w http.ResponseWriter, r *http.Request) (any, error) {
 // evalAllocations serves GET /v1/evaluation/:id/allocations: the
 // allocations the evaluation placed, as Nomad's allocation stubs.
 func (h *handler) evalAllocations(w http.ResponseWriter, r *http.Request) (any, error) {
-	ev, allocs, err := h.evalByID(r, r.PathValue("id"))
+	ev, allocs, err := h.evalByID(r, "Eval.Allocations", r.PathValue("id"))
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +103,7 @@ func (h *handler) evalList(w http.ResponseWriter, r *http.Request) (any, error) 
 	prefix, jobID, status := v.Get("prefix"), v.Get("job"), v.Get("status")
 	out := []*Evaluation{}
 	var index uint64
-	err = h.evalFind(r, func(j *structs.Job, evals []*Evaluation, _ []*structs.Allocation) bool {
+	err = h.evalFind(r, "Eval.List", func(j *structs.Job, evals []*Evaluation, _ []*structs.Allocation) bool {
 		if jobID != "" && j.ID != jobID {
 			return false
 		}
