@@ -151,12 +151,24 @@ func (c *cliCompat) jobRun(t *testing.T) {
 	must.NoError(t, err)
 
 	job := cliJob(cliJobID, cliVolumeID)
-	resp, wm, err := client.Jobs().RegisterOpts(job, &nomad.RegisterOptions{}, nil)
+	// As job run sends it: with the job's source.
+	resp, wm, err := client.Jobs().RegisterOpts(job, &nomad.RegisterOptions{Submission: &nomad.JobSubmission{
+		Source: `job "` + cliJobID + `" { group "g" { } }`, Format: "hcl2", VariableFlags: map[string]string{"x": "1"},
+	}}, nil)
 	must.NoError(t, err)
 	must.Positive(t, wm.LastIndex)
 	must.NotEq(t, "", resp.EvalID)
 	must.Positive(t, resp.JobModifyIndex)
 	c.evalID = resp.EvalID
+
+	// job run -check-index: a stale index is refused as Nomad's CLI
+	// recognises; the current one goes through, and the same job again
+	// changes nothing, so its evaluation is the same.
+	_, _, err = client.Jobs().EnforceRegister(job, resp.JobModifyIndex-1, nil)
+	must.ErrorContains(t, err, nomad.RegisterEnforceIndexErrPrefix)
+	again, _, err := client.Jobs().EnforceRegister(job, resp.JobModifyIndex, nil)
+	must.NoError(t, err)
+	must.Eq(t, resp.EvalID, again.EvalID)
 
 	// The CLI's monitor: the evaluation completes, then its allocations.
 	var ev *nomad.Evaluation
