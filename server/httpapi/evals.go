@@ -11,63 +11,67 @@ import (
 	"github.com/volplane/volplane/structs"
 )
 
-// evalFind reads every job the caller may list and derives their
-// evaluations, calling fn with each job's until it returns true. volplane
-// stores no evaluations (see Evaluation), so finding one by ID means
-// deriving them; a cluster's job count bounds the work.
-func (h *handler) evalFind(r *http.Request, endpoint string, fn func(j *structs.Job, evals []*Evaluation, allocs []*structs.Allocation) bool) error {
-	if err := h.authorizeRoute(r, endpoint); err != nil {
-		return err
-	}
+// jobStubs lists every job the caller may see, in any namespace
+// (evaluations are found by ID whatever their namespace), after checking
+// the caller against the route's own ACL row.
+func (h *handler) jobStubs(r *http.Request, endpoint string) ([]*structs.JobListStub, structs.QueryOptions, error) {
 	var args structs.JobListRequest
-	if _, err := parseQueryOptions(r, &args.QueryOptions); err != nil {
-		return err
+	if err := h.authorizeRoute(r, endpoint); err != nil {
+		return nil, args.QueryOptions, err
 	}
-	// Evaluations are looked up by ID, whatever namespace they are in.
+	if _, err := parseQueryOptions(r, &args.QueryOptions); err != nil {
+		return nil, args.QueryOptions, err
+	}
 	if args.Namespace == "" {
 		args.Namespace = "*"
 	}
 	args.Prefix, args.MinQueryIndex, args.MaxQueryTime = "", 0, 0
 	var list structs.JobListResponse
 	if err := h.backend.RPC("Job.List", &args, &list); err != nil {
-		return err
+		return nil, args.QueryOptions, err
 	}
-	allocs, _ := h.listAllocs(args.QueryOptions)
-	for _, stub := range list.Jobs {
-		j, err := h.readJob(args.AuthToken, stub.Namespace, stub.ID, args.AllowStale)
-		if err != nil || j == nil {
-			continue
-		}
-		if fn(j, jobEvals(j, allocs), allocs) {
-			return nil
-		}
-	}
-	return nil
+	return list.Jobs, args.QueryOptions, nil
 }
 
-// evalByID finds one derived evaluation, by its ID or a unique prefix of it.
-func (h *handler) evalByID(r *http.Request, endpoint, id string) (*Evaluation, []*structs.Allocation, error) {
+// evalByID finds one derived evaluation by its ID. volplane stores no
+// evaluations (see Evaluation): an ID is derived from its job's identity
+// and modify index, which the job stubs carry, so only the job it belongs
+// to is read.
+func (h *handler) evalByID(r *http.Request, endpoint, id string) (*Evaluation, *structs.Job, error) {
 	if id == "" {
 		return nil, nil, structs.ErrInvalid("missing evaluation ID")
 	}
-	var found *Evaluation
-	var allocs []*structs.Allocation
-	err := h.evalFind(r, endpoint, func(_ *structs.Job, evals []*Evaluation, all []*structs.Allocation) bool {
-		for _, ev := range evals {
-			if ev.ID == id {
-				found, allocs = ev, all
-				return true
-			}
-		}
-		return false
-	})
+	stubs, q, err := h.jobStubs(r, endpoint)
 	if err != nil {
 		return nil, nil, err
 	}
-	if found == nil {
-		return nil, nil, structs.ErrNotFound("evaluation %q not found", id)
+	for _, s := range stubs {
+		if !slices.Contains(evalIDsOf(s.Namespace, s.ID, s.JobModifyIndex), id) {
+			continue
+		}
+		j, err := h.readJob(q.AuthToken, s.Namespace, s.ID, q.AllowStale)
+		if err != nil {
+			return nil, nil, err
+		}
+		if j == nil {
+			break // gone since the list
+		}
+		for _, ev := range jobEvals(j) {
+			if ev.ID == id {
+				return ev, j, nil
+			}
+		}
 	}
-	return found, allocs, nil
+	return nil, nil, structs.ErrNotFound("evaluation %q not found", id)
+}
+
+// evalIDsOf are the IDs a job's evaluations may have at a modify index.
+func evalIDsOf(namespace, jobID string, jobModifyIndex uint64) []string {
+	return []string{
+		evalID(namespace, jobID, jobModifyIndex, evalTriggerJobRegister),
+		evalID(namespace, jobID, jobModifyIndex, evalTriggerJobDeregister),
+		evalID(namespace, jobID, jobModifyIndex, evalStatusBlocked),
+	}
 }
 
 // evalGet serves GET /v1/evaluation/:id.
@@ -84,7 +88,11 @@ func (h *handler) evalGet(w http.ResponseWriter, r *http.Request) (any, error) {
 // evalAllocations serves GET /v1/evaluation/:id/allocations: the
 // allocations the evaluation placed, as Nomad's allocation stubs.
 func (h *handler) evalAllocations(w http.ResponseWriter, r *http.Request) (any, error) {
-	ev, allocs, err := h.evalByID(r, "Eval.Allocations", r.PathValue("id"))
+	ev, j, err := h.evalByID(r, "Eval.Allocations", r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	allocs, err := h.readJobAllocs(r, j)
 	if err != nil {
 		return nil, err
 	}
@@ -94,29 +102,36 @@ func (h *handler) evalAllocations(w http.ResponseWriter, r *http.Request) (any, 
 }
 
 // evalList serves GET /v1/evaluations[?prefix=&job=&status=]: the derived
-// evaluations of every job the caller may read.
+// evaluations of every job the caller may read (one read per job).
 func (h *handler) evalList(w http.ResponseWriter, r *http.Request) (any, error) {
 	v, err := params(r)
 	if err != nil {
 		return nil, err
 	}
 	prefix, jobID, status := v.Get("prefix"), v.Get("job"), v.Get("status")
+	stubs, q, err := h.jobStubs(r, "Eval.List")
+	if err != nil {
+		return nil, err
+	}
 	out := []*Evaluation{}
 	var index uint64
-	err = h.evalFind(r, "Eval.List", func(j *structs.Job, evals []*Evaluation, _ []*structs.Allocation) bool {
-		if jobID != "" && j.ID != jobID {
-			return false
+	for _, s := range stubs {
+		if jobID != "" && s.ID != jobID {
+			continue
 		}
-		for _, ev := range evals {
+		j, err := h.readJob(q.AuthToken, s.Namespace, s.ID, q.AllowStale)
+		if err != nil {
+			return nil, err
+		}
+		if j == nil {
+			continue
+		}
+		for _, ev := range jobEvals(j) {
 			if strings.HasPrefix(ev.ID, prefix) && (status == "" || ev.Status == status) {
 				out = append(out, ev)
 				index = max(index, ev.ModifyIndex)
 			}
 		}
-		return false
-	})
-	if err != nil {
-		return nil, err
 	}
 	setLocalMeta(w, true)
 	w.Header().Set(headerIndex, strconv.FormatUint(index, 10))
@@ -223,11 +238,11 @@ func (h *handler) jobPlan(w http.ResponseWriter, r *http.Request) (any, error) {
 		out.Annotations.DesiredTGUpdates[name] = &DesiredUpdates{Place: uint64(g.Place), Stop: uint64(g.Stop), Ignore: uint64(g.Ignore)}
 	}
 	if reply.Job != nil {
-		failed := jobEvals(reply.Job, nil)
+		failed := jobEvals(reply.Job)
 		planned := reply.Job.Copy()
 		planned.Placement, planned.Stop = reply.Placement, false
 		if planned.Placement != nil {
-			failed = jobEvals(planned, nil)
+			failed = jobEvals(planned)
 		}
 		out.FailedTGAllocs = failed[len(failed)-1].FailedTGAllocs
 	}

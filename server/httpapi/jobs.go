@@ -298,11 +298,11 @@ func (h *handler) jobSummary(w http.ResponseWriter, r *http.Request) (any, error
 // jobEvaluations serves GET /v1/job/:id/evaluations: the job's derived
 // evaluations (see jobEvals).
 func (h *handler) jobEvaluations(w http.ResponseWriter, r *http.Request) (any, error) {
-	j, allocs, err := h.jobAndAllocs(w, r)
+	j, err := h.jobRead(w, r)
 	if err != nil {
 		return nil, err
 	}
-	return jobEvals(j, allocs), nil
+	return jobEvals(j), nil
 }
 
 // jobDeployment serves GET /v1/job/:id/deployment: null, as Nomad's for a

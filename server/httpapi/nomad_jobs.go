@@ -314,7 +314,7 @@ func jobEvalID(j *structs.Job) string {
 // the placement, with the groups it could not fully place in
 // FailedTGAllocs and, then, a blocked evaluation that waits for what is
 // missing, as Nomad's.
-func jobEvals(j *structs.Job, allocs []*structs.Allocation) []*Evaluation {
+func jobEvals(j *structs.Job) []*Evaluation {
 	trigger := evalTriggerJobRegister
 	if j.Stop {
 		trigger = evalTriggerJobDeregister
