@@ -58,6 +58,11 @@ func (e *Job) Register(args *structs.JobRegisterRequest, reply *structs.JobRegis
 	}
 	e.logger.Debug("job registered", "job_id", job.ID, "namespace", job.Namespace)
 	reply.Index = index
+	// The leader has applied the write: the job's modify index says
+	// whether it changed anything (the evaluation the HTTP API derives).
+	if stored, err := e.srv.State().JobByID(nil, job.Namespace, job.ID); err == nil && stored != nil {
+		reply.JobModifyIndex = stored.JobModifyIndex
+	}
 	e.srv.setQueryMeta(&reply.QueryMeta)
 	return nil
 }
@@ -83,6 +88,9 @@ func (e *Job) Deregister(args *structs.JobDeregisterRequest, reply *structs.JobD
 		return err
 	}
 	reply.Index = index
+	if !args.Purge {
+		reply.JobModifyIndex = job.JobModifyIndex
+	}
 	e.srv.setQueryMeta(&reply.QueryMeta)
 	return nil
 }

@@ -254,6 +254,9 @@ type JobRegisterRequest struct {
 // JobRegisterResponse returns the index of the write.
 type JobRegisterResponse struct {
 	Warnings []string
+	// JobModifyIndex is the job's after the write: the write's index when
+	// it changed the job, the earlier one when it did not.
+	JobModifyIndex uint64
 	QueryMeta
 }
 
@@ -269,6 +272,8 @@ type JobDeregisterRequest struct {
 
 // JobDeregisterResponse returns the index of the write.
 type JobDeregisterResponse struct {
+	// JobModifyIndex is the stopped job's (0 once purged).
+	JobModifyIndex uint64
 	QueryMeta
 }
 

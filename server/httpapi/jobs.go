@@ -147,13 +147,10 @@ func (h *handler) jobRegister(w http.ResponseWriter, r *http.Request) (any, erro
 		return nil, err
 	}
 	setIndex(w, reply.Index)
-	out := &JobWriteResponse{Warnings: strings.Join(reply.Warnings, "\n"), Index: reply.Index}
-	// The evaluation is the job's as written: read it back from the
-	// leader, which has applied the write.
-	if j, err := h.readJob(args.AuthToken, job.Namespace, job.ID, false); err == nil && j != nil {
-		out.EvalID, out.EvalCreateIndex, out.JobModifyIndex = jobEvalID(j), j.JobModifyIndex, j.JobModifyIndex
-	}
-	return out, nil
+	// The evaluation is the job's as written (see Evaluation).
+	return &JobWriteResponse{Warnings: strings.Join(reply.Warnings, "\n"), Index: reply.Index,
+		EvalID:          evalID(job.Namespace, job.ID, reply.JobModifyIndex, evalTriggerJobRegister),
+		EvalCreateIndex: reply.JobModifyIndex, JobModifyIndex: reply.JobModifyIndex}, nil
 }
 
 // readJob reads one job (nil when unknown).
@@ -183,10 +180,11 @@ func (h *handler) jobDeregister(w http.ResponseWriter, r *http.Request) (any, er
 	}
 	setIndex(w, reply.Index)
 	out := &JobWriteResponse{Index: reply.Index}
+	// A purged job has no evaluation left to read; a stopped one has the
+	// stop's (see Evaluation).
 	if !args.Purge {
-		if j, err := h.readJob(args.AuthToken, args.RequestNamespace(), args.JobID, false); err == nil && j != nil {
-			out.EvalID, out.EvalCreateIndex, out.JobModifyIndex = jobEvalID(j), j.ModifyIndex, j.JobModifyIndex
-		}
+		out.EvalID = evalID(args.RequestNamespace(), args.JobID, reply.JobModifyIndex, evalTriggerJobDeregister)
+		out.EvalCreateIndex, out.JobModifyIndex = reply.Index, reply.JobModifyIndex
 	}
 	return out, nil
 }

@@ -59,7 +59,7 @@ func (b *jobBackend) RPC(method string, args, reply any) error {
 		j.Status = structs.JobStatusPending
 		b.jobs[k] = j
 		r.Warnings = slices.Clone(f.warnings)
-		r.Index = f.index
+		r.Index, r.JobModifyIndex = f.index, j.JobModifyIndex
 	case "Job.Deregister":
 		a, r := args.(*structs.JobDeregisterRequest), reply.(*structs.JobDeregisterResponse)
 		k := volKey(a.RequestNamespace(), a.JobID)
@@ -74,6 +74,7 @@ func (b *jobBackend) RPC(method string, args, reply any) error {
 			j = j.Copy()
 			j.Stop, j.Status, j.ModifyIndex = true, structs.JobStatusDead, f.index
 			b.jobs[k] = j
+			r.JobModifyIndex = j.JobModifyIndex
 		}
 		r.Index = f.index
 	case "Job.GetJob":
@@ -186,6 +187,7 @@ func TestJobRegister(t *testing.T) {
 		j := be.jobs[volKey("default", sent.ID)]
 		must.Eq(t, JobWriteResponse{Warnings: out.Warnings, Index: out.Index, EvalID: jobEvalID(j),
 			EvalCreateIndex: j.JobModifyIndex, JobModifyIndex: j.JobModifyIndex}, out)
+		must.Positive(t, out.JobModifyIndex)
 
 		args := be.call("Job.Register").(*structs.JobRegisterRequest)
 		must.Eq(t, structs.WriteRequest{Region: "r1", Namespace: "default", AuthToken: "tok"}, args.WriteRequest)
