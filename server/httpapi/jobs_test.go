@@ -267,6 +267,8 @@ func TestJobRegister_BadBodies(t *testing.T) {
 			http.StatusBadRequest, `job "j" group "g" volume "v": Sticky is not supported`},
 		"task env": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","Env":{"A":"b"}}]}]}}`,
 			http.StatusBadRequest, `job "j" group "g" task "t": Env is not supported by volplane`},
+		"csi plugin task": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","CSIPluginConfig":{"ID":"p","Type":"monolith"}}]}]}}`,
+			http.StatusBadRequest, `job "j" group "g" task "t": CSIPluginConfig is not supported`},
 		"task templates": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","Templates":[{"EmbeddedTmpl":"x"}]}]}]}}`,
 			http.StatusBadRequest, `job "j" group "g" task "t": Templates is not supported`},
 		"enforce index": {`{"Job":` + valid[len(`{"Job":`):len(valid)-1] + `,"EnforceIndex":true,"JobModifyIndex":7}`,
