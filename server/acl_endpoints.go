@@ -116,14 +116,15 @@ var aclRules = map[string]aclRule{
 	"Status.Join":        serverRule(),
 	"Status.HasNodeConn": serverRule(),
 
-	"Operator.RaftListPeers": tokenRule(operatorNeed(levelRead)),
+	"Operator.RaftListPeers":   tokenRule(operatorNeed(levelRead)),
+	"Operator.RaftRemovePeer":  tokenRule(operatorNeed(levelWrite)),
+	"Operator.Security":        tokenRule(operatorNeed(levelRead)),
+	"Operator.NodeIntroCreate": tokenRule(nodeNeed(levelWrite)),
+	"Operator.NodeIntroList":   tokenRule(nodeNeed(levelRead)),
+	"Operator.NodeIntroDelete": tokenRule(nodeNeed(levelWrite)),
+
 	// Nomad's scheduler configuration read: operator read.
 	"Operator.SchedulerGetConfiguration": tokenRule(operatorNeed(levelRead)),
-	"Operator.RaftRemovePeer":            tokenRule(operatorNeed(levelWrite)),
-	"Operator.Security":                  tokenRule(operatorNeed(levelRead)),
-	"Operator.NodeIntroCreate":           tokenRule(nodeNeed(levelWrite)),
-	"Operator.NodeIntroList":             tokenRule(nodeNeed(levelRead)),
-	"Operator.NodeIntroDelete":           tokenRule(nodeNeed(levelWrite)),
 
 	// The keyring: Nomad's operator keyring-read and keyring-rotate, which
 	// operator read and write grant. The export of the key-encryption key
@@ -157,16 +158,17 @@ var aclRules = map[string]aclRule{
 	"CSIPlugin.List":           tokenRule(pluginNeed(levelList)),
 	"CSIPlugin.Get":            tokenRule(pluginNeed(levelRead)),
 
-	"Job.Register": {kind: ruleToken, extra: jobNeeds},
-	// A plan takes what registering the job would, as Nomad's.
-	"Job.Plan":       {kind: ruleToken, extra: jobNeeds},
-	"Job.Deregister": tokenRule(nsNeed(acl.NamespaceCapabilitySubmitJob)),
-	"Job.GetJob":     tokenRule(nsNeed(acl.NamespaceCapabilityReadJob)),
-	// Listing jobs: list-jobs, or read-job (a token that may read a job
-	// may see that it exists; the evaluations, found by ID among every
-	// job, take read-job, as Nomad's).
+	"Job.Register":    {kind: ruleToken, extra: jobNeeds},
+	"Job.Deregister":  tokenRule(nsNeed(acl.NamespaceCapabilitySubmitJob)),
+	"Job.GetJob":      tokenRule(nsNeed(acl.NamespaceCapabilityReadJob)),
 	"Job.List":        tokenRule(nsNeed(acl.NamespaceCapabilityListJobs, acl.NamespaceCapabilityReadJob)),
 	"Job.Allocations": tokenRule(nsNeed(acl.NamespaceCapabilityReadJob)),
+
+	// A plan takes what registering the job would, as Nomad's. Listing
+	// jobs (above) takes list-jobs or read-job: a token that may read a
+	// job may see that it exists, and the evaluations, found by ID among
+	// every job, take read-job, as Nomad's.
+	"Job.Plan": {kind: ruleToken, extra: jobNeeds},
 	// Routes that read a job and derive Nomad's objects from it (summary,
 	// evaluations, deployments), and the validation of a job: Nomad's
 	// read-job.
