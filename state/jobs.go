@@ -94,6 +94,9 @@ func JobVersionAfter(existing, job *structs.Job) (uint64, bool) {
 	if existing == nil {
 		return 0, true
 	}
+	// Compared as UpsertJob compares them: both as copies, whose empty
+	// lists are all non-nil.
+	job = job.Copy()
 	if !existing.Stop && reflect.DeepEqual(existing.TaskGroups, job.TaskGroups) &&
 		existing.Type == job.Type && existing.Name == job.Name {
 		return existing.Version, false
