@@ -14,8 +14,9 @@ type Jobs struct{ c *Client }
 func (c *Client) Jobs() *Jobs { return &Jobs{c: c} }
 
 // jobWriteResponse is the body of a job register or deregister answer.
+// The servers send Warnings as one string, a warning per line, as Nomad's.
 type jobWriteResponse struct {
-	Warnings []string `json:",omitempty"`
+	Warnings warningList
 	// Index is the Raft index of the write, also sent as X-Nomad-Index.
 	Index uint64
 }

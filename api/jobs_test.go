@@ -11,7 +11,8 @@ import (
 
 func TestJobs_Register(t *testing.T) {
 	f := newFakeAgent(t)
-	f.json("PUT /v1/jobs", 200, map[string]any{"Warnings": []string{"volume \"vol[2]\" does not exist yet"}, "Index": 21},
+	// The servers answer Nomad's shape: one string, a warning per line.
+	f.json("PUT /v1/jobs", 200, map[string]any{"Warnings": "volume \"vol[2]\" does not exist yet\n", "EvalID": "e1", "Index": 21},
 		map[string]string{"X-Nomad-Index": "21"})
 
 	job := &structs.Job{ID: "web", TaskGroups: []*structs.TaskGroup{{Name: "g", Count: 3}}}

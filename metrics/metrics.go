@@ -23,13 +23,11 @@
 package metrics
 
 import (
-	"net/http"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/volplane/volplane/structs"
@@ -207,11 +205,4 @@ func (pastClaimsCollector) Collect(ch chan<- prometheus.Metric) {
 	for state, n := range (*fn)() {
 		ch <- prometheus.MustNewConstMetric(pastClaimDesc, prometheus.GaugeValue, float64(n), state)
 	}
-}
-
-// Handler serves the registry in the Prometheus text format. Scrapes are
-// bounded to a few at once: the past-claims gauge reads every volume with
-// claims being released.
-func Handler() http.Handler {
-	return promhttp.HandlerFor(registry, promhttp.HandlerOpts{MaxRequestsInFlight: 4})
 }

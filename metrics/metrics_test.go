@@ -1,8 +1,10 @@
 package metrics
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -19,7 +21,7 @@ import (
 func scrape(t *testing.T) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/metrics", nil))
+	Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/metrics?format=prometheus", nil))
 	must.Eq(t, http.StatusOK, rec.Code)
 	must.StrContains(t, rec.Header().Get("Content-Type"), "text/plain")
 	body, err := io.ReadAll(rec.Body)
@@ -107,4 +109,44 @@ func TestMetrics_ReleaseCounts(t *testing.T) {
 	text := scrape(t)
 	must.Eq(t, a, value(t, text, `volplane_claim_release_attempts_total{step="controller-detach"}`), must.Sprint("the counters the scrape shows"))
 	must.Eq(t, f, value(t, text, `volplane_claim_release_failures_total{step="controller-detach"}`))
+}
+
+// TestMetrics_NomadJSON: by default the handler answers Nomad's JSON
+// summary of the same registry: gauges, counters (their totals) and
+// histograms (as samples), by family name and labels.
+func TestMetrics_NomadJSON(t *testing.T) {
+	ReleaseAttempt(StepNode)
+	var err error
+	ObserveClientRPC("ClientCSI.NodeDetachVolume", time.Now(), &err)
+
+	rec := httptest.NewRecorder()
+	Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/metrics", nil))
+	must.Eq(t, http.StatusOK, rec.Code)
+	must.Eq(t, "application/json", rec.Header().Get("Content-Type"))
+	var s Summary
+	must.NoError(t, json.NewDecoder(rec.Body).Decode(&s))
+	_, err = time.Parse("2006-01-02 15:04:05 -0700 MST", s.Timestamp)
+	must.NoError(t, err)
+
+	find := func(list []SampledValue, name string, labels map[string]string) *SampledValue {
+		for i := range list {
+			if list[i].Name == name && maps.Equal(list[i].Labels, labels) {
+				return &list[i]
+			}
+		}
+		return nil
+	}
+	c := find(s.Counters, "volplane_claim_release_attempts_total", map[string]string{"step": "node-detach"})
+	must.NotNil(t, c)
+	must.Positive(t, c.Sum)
+	h := find(s.Samples, "volplane_client_rpc_duration_seconds", map[string]string{"code": "ok", "method": "ClientCSI.NodeDetachVolume"})
+	must.NotNil(t, h)
+	must.Positive(t, h.Count)
+	gauges := map[string]bool{}
+	for _, g := range s.Gauges {
+		gauges[g.Name] = true
+	}
+	for _, want := range []string{"volplane_volumewatcher_queue_depth", "go_goroutines"} {
+		must.True(t, gauges[want], must.Sprint(want))
+	}
 }

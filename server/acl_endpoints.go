@@ -88,6 +88,7 @@ func pluginNeed(level string) aclNeed { return aclNeed{area: areaPlugin, level: 
 func nodeNeed(level string) aclNeed   { return aclNeed{area: areaNode, level: level} }
 func operatorNeed(l string) aclNeed   { return aclNeed{area: areaOperator, level: l} }
 func managementNeed() aclNeed         { return aclNeed{area: areaManagement} }
+func agentNeed(l string) aclNeed      { return aclNeed{area: areaAgent, level: l} }
 
 const (
 	levelList  = acl.PolicyList
@@ -121,6 +122,9 @@ var aclRules = map[string]aclRule{
 	"Operator.NodeIntroCreate": tokenRule(nodeNeed(levelWrite)),
 	"Operator.NodeIntroList":   tokenRule(nodeNeed(levelRead)),
 	"Operator.NodeIntroDelete": tokenRule(nodeNeed(levelWrite)),
+
+	// Nomad's scheduler configuration read: operator read.
+	"Operator.SchedulerGetConfiguration": tokenRule(operatorNeed(levelRead)),
 
 	// The keyring: Nomad's operator keyring-read and keyring-rotate, which
 	// operator read and write grant. The export of the key-encryption key
@@ -160,8 +164,27 @@ var aclRules = map[string]aclRule{
 	"Job.Register":    {kind: ruleToken, extra: jobNeeds},
 	"Job.Deregister":  tokenRule(nsNeed(acl.NamespaceCapabilitySubmitJob)),
 	"Job.GetJob":      tokenRule(nsNeed(acl.NamespaceCapabilityReadJob)),
-	"Job.List":        tokenRule(nsNeed(acl.NamespaceCapabilityListJobs)),
+	"Job.List":        tokenRule(nsNeed(acl.NamespaceCapabilityListJobs, acl.NamespaceCapabilityReadJob)),
 	"Job.Allocations": tokenRule(nsNeed(acl.NamespaceCapabilityReadJob)),
+
+	// A plan takes what registering the job would, as Nomad's. Listing
+	// jobs (above) takes list-jobs or read-job: a token that may read a
+	// job may see that it exists, and the evaluations, found by ID among
+	// every job, take read-job, as Nomad's.
+	"Job.Plan": {kind: ruleToken, extra: jobNeeds},
+	// Routes that read a job and derive Nomad's objects from it (summary,
+	// evaluations, deployments), and the validation of a job: Nomad's
+	// read-job.
+	"Job.Summary":          tokenRule(nsNeed(acl.NamespaceCapabilityReadJob)),
+	"Job.Evaluations":      tokenRule(nsNeed(acl.NamespaceCapabilityReadJob)),
+	"Job.LatestDeployment": tokenRule(nsNeed(acl.NamespaceCapabilityReadJob)),
+	"Job.Deployments":      tokenRule(nsNeed(acl.NamespaceCapabilityReadJob)),
+	"Job.Validate":         tokenRule(nsNeed(acl.NamespaceCapabilityReadJob)),
+	// Evaluations are found by ID in any namespace; each shows only where
+	// its job may be read.
+	"Eval.GetEval":     tokenRule(anyNsNeed(acl.NamespaceCapabilityReadJob)),
+	"Eval.List":        tokenRule(anyNsNeed(acl.NamespaceCapabilityReadJob)),
+	"Eval.Allocations": tokenRule(anyNsNeed(acl.NamespaceCapabilityReadJob)),
 	// Allocations are read by ID whatever the request's namespace: the
 	// endpoint shows one only where its own namespace allows read-job.
 	"Alloc.GetAlloc": tokenRule(anyNsNeed(acl.NamespaceCapabilityReadJob)),
@@ -205,6 +228,12 @@ var aclRules = map[string]aclRule{
 	// only to a token that may read its object (eventFilter).
 	"Event.Stream":  tokenRule(),
 	"Agent.Metrics": openRule(),
+	// The agent routes, as Nomad's: self takes agent read, members node
+	// read; health and the region list are open.
+	"Agent.Self":    tokenRule(agentNeed(levelRead)),
+	"Agent.Members": tokenRule(nodeNeed(levelRead)),
+	"Agent.Health":  openRule(),
+	"Region.List":   openRule(),
 	// The web UI's files are public, as Nomad's; what it reads takes the
 	// token it sends.
 	"Agent.UI": openRule(),
@@ -245,19 +274,24 @@ func volumeNamespaces(args any) []aclNeed {
 // a job that mounts CSI volumes, csi-mount-volume there and plugin read,
 // as in Nomad.
 func jobNeeds(args any) []aclNeed {
-	r, ok := args.(*structs.JobRegisterRequest)
-	if !ok {
+	var job *structs.Job
+	var jobNs string
+	switch r := args.(type) {
+	case *structs.JobRegisterRequest:
+		job, jobNs = r.Job, r.RequestNamespace()
+	case *structs.JobPlanRequest:
+		job, jobNs = r.Job, r.RequestNamespace()
+	default:
 		return []aclNeed{nsNeed(acl.NamespaceCapabilitySubmitJob)}
 	}
-	jobNs := r.RequestNamespace()
-	if r.Job != nil && r.Job.Namespace != "" {
-		jobNs = r.Job.Namespace
+	if job != nil && job.Namespace != "" {
+		jobNs = job.Namespace
 	}
 	out := []aclNeed{{area: areaNamespace, caps: []string{acl.NamespaceCapabilitySubmitJob}, ns: jobNs}}
-	if r.Job == nil {
+	if job == nil {
 		return out
 	}
-	for _, tg := range r.Job.TaskGroups {
+	for _, tg := range job.TaskGroups {
 		if tg == nil {
 			continue
 		}

@@ -22,6 +22,8 @@ var routeFixture = map[string]struct{ query, body string }{
 	"CSIVolume.Create":           {body: `{"Volumes":[{"ID":"x","PluginID":"p"}]}`},
 	"CSIVolume.Detach":           {query: "node=n1"},
 	"Job.Register":               {body: `{"Job":{"ID":"x","Name":"x","Type":"service"}}`},
+	"Job.Plan":                   {body: `{"Job":{"ID":"x","Name":"x","Type":"service"}}`},
+	"Job.Validate":               {body: `{"Job":{"ID":"x","Name":"x","Type":"service"}}`},
 	"Operator.RaftRemovePeer":    {query: "id=nope"},
 	"Operator.NodeIntroCreate":   {body: `{}`},
 	"Node.UpdateDrain":           {body: `{"DrainSpec":{"Deadline":3600000000000}}`},

@@ -40,9 +40,19 @@ func subscribe(t *testing.T, s *Server, token string) (<-chan eventLine, *http.R
 		defer close(out)
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
-			var ev eventLine
-			if json.Unmarshal(sc.Bytes(), &ev) == nil && (ev.Topic != "" || ev.Error != "") {
+			// Frames of events, in Nomad's framing, or the last line.
+			var frame struct {
+				Events []eventLine
+				Error  string
+			}
+			if json.Unmarshal(sc.Bytes(), &frame) != nil {
+				continue
+			}
+			for _, ev := range frame.Events {
 				out <- ev
+			}
+			if frame.Error != "" {
+				out <- eventLine{Error: frame.Error}
 			}
 		}
 	}()

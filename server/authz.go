@@ -68,6 +68,7 @@ var rpcAccess = map[string]roleSet{
 	"CSIPlugin.List":                     serverOnly,
 	"CSIPlugin.Get":                      serverOnly,
 	"Job.Register":                       serverOnly,
+	"Job.Plan":                           serverOnly,
 	"Job.Deregister":                     serverOnly,
 	"Job.GetJob":                         serverOnly,
 	"Job.List":                           serverOnly,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/server/httpapi/httpapitest"
+	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
 
@@ -71,4 +72,52 @@ func TestHTTP_CreateDeleteWithNomadClient(t *testing.T) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	must.Eq(t, []string{"create:web", "delete:plugin-web:override"}, ep.calls)
+}
+
+// TestHTTP_NomadCLICompat runs what the nomad CLI calls, with Nomad's Go
+// client, against a real 3-server cluster through a follower: a job that
+// claims a volume is run, inspected, planned, validated and stopped; its
+// allocation is claimed and reported running as the node's client would.
+func TestHTTP_NomadCLICompat(t *testing.T) {
+	servers := TestCluster(t, 3, nil)
+	leader := WaitForLeader(t, servers...)
+	f := followers(servers, leader)[0]
+	var node *structs.Node
+
+	httpapitest.RunNomadCLICompat(t, "http://"+f.HTTPAddr(), func(t *testing.T, fx *httpapitest.Fixture) {
+		node = fx.Node
+		connectAgent(t, f, fx.Node, &agentEndpoint{})
+		testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
+			n, err := f.State().NodeByID(nil, fx.Node.ID)
+			return n != nil, err
+		})
+		fx.Leader = leader.RPCAddr()
+		for _, s := range servers {
+			fx.Peers = append(fx.Peers, s.RPCAddr())
+		}
+	}, httpapitest.CLIHooks{
+		Claim: func(t *testing.T, allocID, volumeID string) {
+			a, err := f.State().AllocByID(nil, allocID)
+			must.NoError(t, err)
+			must.NotNil(t, a)
+			req := &structs.VolumeRequest{AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter,
+				AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem}
+			// A 3-server cluster on a loaded machine may change leaders:
+			// retry what a client would retry.
+			testutil.WaitForResult(t, 15*time.Second, func() (bool, error) {
+				_, err := claimFor(t, f, node, a, volumeID, req)
+				return err == nil, err
+			})
+		},
+		Run: func(t *testing.T, allocID string, startedAt time.Time) {
+			update := &structs.NodeUpdateAllocRequest{NodeID: node.ID, SecretID: node.SecretID, Allocs: []*structs.AllocClientUpdate{{
+				ID: allocID, ClientStatus: structs.AllocClientStatusRunning,
+				TaskStates: map[string]*structs.TaskState{"t": {State: structs.TaskStateRunning, StartedAt: startedAt.UnixNano()}},
+			}}}
+			testutil.WaitForResult(t, 15*time.Second, func() (bool, error) {
+				err := f.RPC("Node.UpdateAlloc", update, &structs.GenericResponse{})
+				return err == nil, err
+			})
+		},
+	})
 }

@@ -58,6 +58,11 @@ func (e *Job) Register(args *structs.JobRegisterRequest, reply *structs.JobRegis
 	}
 	e.logger.Debug("job registered", "job_id", job.ID, "namespace", job.Namespace)
 	reply.Index = index
+	// The leader has applied the write: the job's modify index says
+	// whether it changed anything (the evaluation the HTTP API derives).
+	if stored, err := e.srv.State().JobByID(nil, job.Namespace, job.ID); err == nil && stored != nil {
+		reply.JobModifyIndex = stored.JobModifyIndex
+	}
 	e.srv.setQueryMeta(&reply.QueryMeta)
 	return nil
 }
@@ -83,6 +88,9 @@ func (e *Job) Deregister(args *structs.JobDeregisterRequest, reply *structs.JobD
 		return err
 	}
 	reply.Index = index
+	if !args.Purge {
+		reply.JobModifyIndex = job.JobModifyIndex
+	}
 	e.srv.setQueryMeta(&reply.QueryMeta)
 	return nil
 }
@@ -109,20 +117,35 @@ func (e *Job) GetJob(args *structs.JobSpecificRequest, reply *structs.SingleJobR
 	})
 }
 
-// List returns the jobs of a namespace, by ID prefix.
+// List returns the jobs of a namespace, by ID prefix; namespace "*" lists
+// those of every namespace the caller may list jobs in, as Nomad's.
 func (e *Job) List(args *structs.JobListRequest, reply *structs.JobListResponse) error {
 	if done, err := e.srv.forward("Job.List", args, args, reply); done {
 		return err
 	}
 	ns := args.RequestNamespace()
+	allow, err := e.srv.namespacesShown(args, ns, acl.NamespaceCapabilityListJobs, acl.NamespaceCapabilityReadJob)
+	if err != nil {
+		return err
+	}
 	return e.srv.blockingQuery(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, st *state.StateStore) (uint64, error) {
-		iter, err := st.JobsByIDPrefix(ws, ns, args.Prefix)
+		var iter memdb.ResultIterator
+		var err error
+		if ns == acl.AllNamespaces {
+			iter, err = st.Jobs(ws)
+		} else {
+			iter, err = st.JobsByIDPrefix(ws, ns, args.Prefix)
+		}
 		if err != nil {
 			return 0, err
 		}
 		reply.Jobs = []*structs.JobListStub{}
 		for raw := iter.Next(); raw != nil; raw = iter.Next() {
-			reply.Jobs = append(reply.Jobs, raw.(*structs.Job).Stub())
+			j := raw.(*structs.Job)
+			if ns == acl.AllNamespaces && (!strings.HasPrefix(j.ID, args.Prefix) || (allow != nil && !allow(j.Namespace))) {
+				continue
+			}
+			reply.Jobs = append(reply.Jobs, j.Stub())
 		}
 		return st.Index(state.TableJobs)
 	})

@@ -16,18 +16,29 @@ func (e *Operator) RaftListPeers(args *structs.GenericRequest, reply *structs.Ra
 	if done, err := e.srv.forward("Operator.RaftListPeers", args, args, reply); done {
 		return err
 	}
-	f := e.srv.raft.GetConfiguration()
+	servers, index, err := e.srv.raftServers()
+	if err != nil {
+		return err
+	}
+	reply.Servers, reply.Index = servers, index
+	return nil
+}
+
+// raftServers is the Raft configuration as this server sees it, with the
+// servers' names and which one leads, and the configuration's index.
+func (s *Server) raftServers() ([]*structs.RaftServer, uint64, error) {
+	f := s.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
-		return raftError(err)
+		return nil, 0, raftError(err)
 	}
 	names := map[string]string{}
-	for _, m := range e.srv.members.all() {
+	for _, m := range s.members.all() {
 		names[m.ID] = m.Name
 	}
-	leaderAddr, _ := e.srv.raft.LeaderWithID()
-	reply.Servers = nil
+	leaderAddr, _ := s.raft.LeaderWithID()
+	var out []*structs.RaftServer
 	for _, srv := range f.Configuration().Servers {
-		reply.Servers = append(reply.Servers, &structs.RaftServer{
+		out = append(out, &structs.RaftServer{
 			ID:           string(srv.ID),
 			Node:         names[string(srv.ID)],
 			Address:      string(srv.Address),
@@ -36,8 +47,7 @@ func (e *Operator) RaftListPeers(args *structs.GenericRequest, reply *structs.Ra
 			RaftProtocol: "3",
 		})
 	}
-	reply.Index = f.Index()
-	return nil
+	return out, f.Index(), nil
 }
 
 // RaftRemovePeer removes a server from the Raft configuration, by ID or by

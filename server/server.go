@@ -266,6 +266,8 @@ func (s *Server) setupHTTP() error {
 			EventFilter: s.eventFilter,
 			BodyTimeout: s.config.HTTPBodyTimeout,
 			WritesReady: s.config.HTTPWritesReady,
+			Agent:       s.agentInfo,
+			Authorize:   s.authorizeRoute,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Idle keep-alive connections count against the per-client limit.

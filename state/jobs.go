@@ -87,6 +87,26 @@ func upsertJobTxn(txn *memdb.Txn, index uint64, now int64, job *structs.Job) err
 	return insertJobTxn(txn, j)
 }
 
+// JobVersionAfter is the version job would have once registered over
+// existing (nil for a new job), and whether the registration would change
+// anything: the rule UpsertJob applies, for a dry run (a plan).
+func JobVersionAfter(existing, job *structs.Job) (uint64, bool) {
+	if existing == nil {
+		return 0, true
+	}
+	// Compared as UpsertJob compares them: both as copies, whose empty
+	// lists are all non-nil.
+	job = job.Copy()
+	if !existing.Stop && reflect.DeepEqual(existing.TaskGroups, job.TaskGroups) &&
+		existing.Type == job.Type && existing.Name == job.Name {
+		return existing.Version, false
+	}
+	if existing.Stop || existing.Type != job.Type || !sameExceptCounts(existing.TaskGroups, job.TaskGroups) {
+		return existing.Version + 1, true
+	}
+	return existing.Version, true
+}
+
 // sameExceptCounts reports whether two versions of a job's groups differ at
 // most in their counts.
 func sameExceptCounts(a, b []*structs.TaskGroup) bool {

@@ -214,7 +214,8 @@ func AllocName(jobID, group string, index int) string {
 // Stub returns the list view.
 func (j *Job) Stub() *JobListStub {
 	s := &JobListStub{ID: j.ID, Namespace: j.Namespace, Name: j.Name, Type: j.Type, Status: j.Status,
-		Stop: j.Stop, Version: j.Version, SubmitTime: j.SubmitTime, CreateIndex: j.CreateIndex, ModifyIndex: j.ModifyIndex}
+		Stop: j.Stop, Version: j.Version, SubmitTime: j.SubmitTime, CreateIndex: j.CreateIndex, ModifyIndex: j.ModifyIndex,
+		JobModifyIndex: j.JobModifyIndex}
 	for _, name := range slices.Sorted(maps.Keys(j.Placement)) {
 		p := j.Placement[name]
 		s.Desired += p.Desired
@@ -237,6 +238,9 @@ type JobListStub struct {
 	SubmitTime  int64
 	CreateIndex uint64
 	ModifyIndex uint64
+	// JobModifyIndex is the index of the job's last registration that
+	// changed it, as Nomad's stub has it.
+	JobModifyIndex uint64
 }
 
 // JobRegisterRequest registers or updates a job.
@@ -250,6 +254,9 @@ type JobRegisterRequest struct {
 // JobRegisterResponse returns the index of the write.
 type JobRegisterResponse struct {
 	Warnings []string
+	// JobModifyIndex is the job's after the write: the write's index when
+	// it changed the job, the earlier one when it did not.
+	JobModifyIndex uint64
 	QueryMeta
 }
 
@@ -265,6 +272,8 @@ type JobDeregisterRequest struct {
 
 // JobDeregisterResponse returns the index of the write.
 type JobDeregisterResponse struct {
+	// JobModifyIndex is the stopped job's (0 once purged).
+	JobModifyIndex uint64
 	QueryMeta
 }
 

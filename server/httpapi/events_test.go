@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -63,6 +64,23 @@ func openStream(t *testing.T, url string) *stream {
 		sc := bufio.NewScanner(resp.Body)
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
+			// A frame holds the events of one write, in Nomad's framing;
+			// each becomes a line of its own here, and must carry the
+			// frame's index.
+			var frame struct {
+				Index  uint64
+				Events []streamLine
+			}
+			if err := json.Unmarshal(sc.Bytes(), &frame); err == nil && len(frame.Events) > 0 {
+				for _, ev := range frame.Events {
+					if ev.Index != frame.Index {
+						ev.Error = fmt.Sprintf("event of index %d in the frame of index %d", ev.Index, frame.Index)
+					}
+					ev.raw = "event"
+					s.lines <- ev
+				}
+				continue
+			}
 			var l streamLine
 			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 				l.Error = "undecodable line: " + err.Error()
@@ -327,4 +345,61 @@ func TestEventStream_RealServer(t *testing.T) {
 		"CSIVolume VolumeUpdated " + vol.ID,
 		"CSIClaim ClaimFreed " + vol.ID,
 	}, got)
+}
+
+// TestEventStream_NomadTopicsAndFraming: Nomad's topic syntax (TOPIC:KEY,
+// TOPIC:*, *) and namespace filter, and Nomad's framing, one frame per
+// write with all of its events.
+func TestEventStream_NomadTopicsAndFraming(t *testing.T) {
+	f := newStreamFixture(t, 0)
+	vol := f.registerPluginAndVolume(t, 10)
+	other := mock.CSIVolume("dev")
+	other.ID = "other"
+	must.NoError(t, f.store().UpsertCSIVolume(12, []*structs.CSIVolume{other}))
+
+	// Every topic: the plugin at 10, the volumes at 11 and 12.
+	all := openStream(t, f.srv.URL+"/v1/event/stream?topic=*&index=9")
+	for _, want := range []string{"CSIPlugin PluginUpdated dev", "CSIVolume VolumeRegistered " + vol.ID, "CSIVolume VolumeRegistered other"} {
+		l := all.next(t, false)
+		must.Eq(t, "", l.Error)
+		must.Eq(t, want, l.kind())
+	}
+
+	// One key of one topic, then TOPIC:* of another.
+	keyed := openStream(t, f.srv.URL+"/v1/event/stream?topic=CSIVolume:other&topic=CSIClaim:*&index=9")
+	must.Eq(t, "CSIVolume VolumeRegistered other", keyed.next(t, false).kind())
+
+	// A namespace keeps its objects' events and those of objects without
+	// one (the plugin).
+	ns := openStream(t, f.srv.URL+"/v1/event/stream?topic=*:*&namespace=elsewhere&index=9")
+	must.Eq(t, "CSIPlugin PluginUpdated dev", ns.next(t, false).kind())
+
+	// A claim is one write with two events: one frame holds both.
+	resp, err := http.Get(f.srv.URL + "/v1/event/stream?topic=CSIVolume:" + vol.ID + "&topic=CSIClaim:" + vol.ID + "&index=12")
+	must.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	must.NoError(t, f.store().UpsertAllocs(13, []*structs.Allocation{{
+		ID: "a1", Namespace: structs.DefaultNamespace, Name: "web.app[0]", JobID: "web", TaskGroup: "app",
+		NodeID: "n1", DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning,
+	}}))
+	must.NoError(t, f.store().CSIVolumeClaim(14, 14000, structs.DefaultNamespace, vol.ID, &structs.CSIVolumeClaim{
+		AllocationID: "a1", NodeID: "n1", Mode: structs.CSIVolumeClaimWrite,
+		AccessMode:     structs.CSIVolumeAccessModeSingleNodeWriter,
+		AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem,
+	}))
+	var frame struct {
+		Index  uint64
+		Events []streamLine
+	}
+	must.NoError(t, json.NewDecoder(resp.Body).Decode(&frame))
+	must.Eq(t, uint64(14), frame.Index)
+	must.Len(t, 2, frame.Events)
+	must.Eq(t, "CSIVolume VolumeUpdated "+vol.ID, frame.Events[0].kind())
+	must.Eq(t, "CSIClaim ClaimTaken "+vol.ID, frame.Events[1].kind())
+
+	for _, bad := range []string{"topic=Job:*", "topic=:x", "topic=Allocation"} {
+		code, body := getText(t, f.srv.URL+"/v1/event/stream?"+bad)
+		must.Eq(t, http.StatusBadRequest, code, must.Sprint(bad))
+		must.StrContains(t, body, "event topic", must.Sprint(bad))
+	}
 }

@@ -1,9 +1,10 @@
-// Package httpapi is volplane's HTTP API. For volumes, plugins, nodes,
-// status and the Raft configuration it speaks Nomad's dialect: the same
-// paths, JSON field names and X-Nomad-* headers, so that Nomad's official Go
-// client (github.com/hashicorp/nomad/api) and the nomad CLI work against it
-// unchanged. Jobs and allocations have endpoints of volplane's own, whose
-// bodies are structs.Job and structs.Allocation.
+// Package httpapi is volplane's HTTP API. It speaks Nomad's dialect: the
+// same paths, JSON field names and X-Nomad-* headers, so that Nomad's
+// official Go client (github.com/hashicorp/nomad/api) and the nomad CLI
+// work against it unchanged. Answers about jobs, allocations, volumes and
+// plugins carry every field of volplane's structs (its own CLI and UI read
+// them) plus the fields of Nomad's objects that Nomad's CLI reads; job
+// bodies may be volplane's structs.Job or Nomad's api.Job (job_wire.go).
 //
 // The package holds no state. Every request becomes one in-process RPC on a
 // Backend (the server, which forwards to the leader as needed); the typed
@@ -12,9 +13,9 @@
 //
 // Routes:
 //
-//	GET         /v1/volumes?type=csi[&plugin_id=&node_id=]   bare JSON array of volume stubs
+//	GET         /v1/volumes?type=csi[&plugin_id=&node_id=]   bare JSON array of volume stubs ([] for type=host)
 //	PUT, POST   /v1/volume/csi/:id                            register; body {"Volumes":[...]}
-//	GET         /v1/volume/csi/:id                            one volume, sanitized
+//	GET         /v1/volume/csi/:id                            one volume, sanitized, with ReadAllocs, WriteAllocs, Allocations
 //	DELETE      /v1/volume/csi/:id[?force=true]               deregister
 //	PUT, POST   /v1/volume/csi/:id/create                     create in the plugin, then register
 //	DELETE      /v1/volume/csi/:id/delete                     delete in the plugin, then deregister
@@ -25,19 +26,28 @@
 //	GET         /v1/volumes/external?plugin_id=               a page of the volumes the plugin's storage provider holds
 //	PUT         /v1/system/gc                                 remove down nodes and unused plugins now
 //	GET         /v1/plugins?type=csi                          bare JSON array of plugin stubs
-//	GET         /v1/plugin/csi/:id                            one plugin
+//	GET         /v1/plugin/csi/:id                            one plugin, with Allocations
 //	GET         /v1/nodes                                     bare JSON array of node stubs
 //	GET         /v1/node/:id                                  one node
 //	PUT, POST   /v1/node/:id/drain                            start, update or end a node's drain (Nomad's NodeUpdateDrainRequest)
 //	PUT, POST   /v1/node/:id/eligibility                      set a node's scheduling eligibility; body {"Eligibility"}
-//	PUT, POST   /v1/jobs                                      register a job; body {"Job":{...}}
+//	PUT, POST   /v1/jobs                                      register a job; body Nomad's JobRegisterRequest {"Job":{...},...}
 //	PUT, POST   /v1/job/:id                                   the same, for the job of that ID
-//	GET         /v1/jobs[?prefix=]                            bare JSON array of job stubs
+//	GET         /v1/jobs[?prefix=]                            bare JSON array of job stubs, each with its JobSummary
 //	GET         /v1/job/:id                                   one job, mount flags redacted
 //	DELETE      /v1/job/:id[?purge=true]                      stop a job (and with purge, remove it)
 //	GET         /v1/job/:id/allocations                       bare JSON array of the job's allocations
+//	GET         /v1/job/:id/summary                           Nomad's JobSummary: allocations by group and client status
+//	GET         /v1/job/:id/evaluations                       the job's evaluations, derived (see Evaluation)
+//	GET         /v1/job/:id/deployment                        null: volplane has no deployments
+//	GET         /v1/job/:id/deployments                       []
+//	PUT, POST   /v1/job/:id/plan                              a dry run of the placer: Nomad's JobPlanResponse
+//	PUT, POST   /v1/validate/job                              Nomad's JobValidateResponse
+//	GET         /v1/evaluations[?prefix=&job=&status=]        the evaluations of every job the caller may read
+//	GET         /v1/evaluation/:id                            one evaluation
+//	GET         /v1/evaluation/:id/allocations                the allocations it placed, as stubs
 //	GET         /v1/allocations[?prefix=]                     bare JSON array of allocations
-//	GET         /v1/allocation/:id                            one allocation
+//	GET         /v1/allocation/:id                            one allocation, with its job and Nomad's TaskStates
 //	GET         /v1/status/leader                             JSON string: the leader's RPC address
 //	GET         /v1/status/peers                              JSON array of Raft peer addresses
 //	GET         /v1/operator/raft/configuration               the Raft configuration
@@ -48,8 +58,13 @@
 //	DELETE      /v1/operator/node-intro/:accessor             revoke a node introduction token
 //	PUT, POST   /v1/operator/keyring/rotate[?full=true]       a new active root key; full seals every volume again
 //	GET         /v1/operator/keyring/keys                     the root keys (never their material)
-//	GET         /v1/event/stream[?topic=&index=]              newline-delimited JSON events of this server's state (see eventStream)
-//	GET         /v1/metrics                                   Prometheus text format
+//	GET         /v1/event/stream[?topic=&index=&namespace=]   newline-delimited JSON frames of events of this server's state (see eventStream)
+//	GET         /v1/metrics[?format=prometheus]               Nomad's JSON metrics summary, or the Prometheus text format
+//	GET         /v1/agent/self                                the answering server: config, member, stats
+//	GET         /v1/agent/members                             the servers of the Raft configuration, as Nomad's ServerMembers
+//	GET         /v1/agent/health                              healthy while a leader is known
+//	GET         /v1/regions                                   ["global"], or the server's region
+//	GET         /v1/operator/scheduler/configuration          the placer's fixed configuration, as Nomad's
 //	PUT, POST   /v1/acl/bootstrap                             create the first management token (body {"BootstrapSecret"} optional)
 //	GET         /v1/acl/policies                              bare JSON array of policy stubs the token may see
 //	GET, PUT, POST, DELETE /v1/acl/policy/:name               one ACL policy; body {"Name","Description","Rules"}
@@ -137,6 +152,16 @@ type Config struct {
 	// held.
 	WritesReady        <-chan struct{}
 	WritesReadyTimeout time.Duration
+
+	// Agent returns what the answering server says about itself and the
+	// servers it knows (/v1/agent/self, /v1/agent/members, the region of
+	// Nomad-shaped answers). Nil: those routes answer 404 and the region
+	// is "global".
+	Agent func() AgentInfo
+	// Authorize, when set (ACLs on), checks a token against the servers'
+	// ACL row of a route that makes no RPC call (routeEndpoints names it),
+	// for a request in namespace ("" for the default).
+	Authorize func(endpoint, token, namespace string) error
 }
 
 // DefaultBodyTimeout is the body read bound when Config.BodyTimeout is 0.
@@ -173,6 +198,8 @@ type handler struct {
 	writesReadyTimeout time.Duration
 
 	eventFilter func(token string) (func(ev state.Event) (bool, error), error)
+	agent       func() AgentInfo
+	authorize   func(endpoint, token, namespace string) error
 	// patterns are the routes, as registered, for Routes.
 	patterns []string
 }
@@ -198,6 +225,8 @@ func NewHandler(cfg Config) http.Handler {
 		writesReady:        cfg.WritesReady,
 		writesReadyTimeout: cfg.WritesReadyTimeout,
 		eventFilter:        cfg.EventFilter,
+		agent:              cfg.Agent,
+		authorize:          cfg.Authorize,
 	}
 	if h.logger == nil {
 		h.logger = hclog.NewNullLogger()
@@ -260,6 +289,22 @@ func (h *handler) routes() {
 		"GET /v1/job/{id}":                          h.jobGet,
 		"DELETE /v1/job/{id}":                       h.jobDeregister,
 		"GET /v1/job/{id}/allocations":              h.jobAllocations,
+		"GET /v1/job/{id}/summary":                  h.jobSummary,
+		"GET /v1/job/{id}/evaluations":              h.jobEvaluations,
+		"GET /v1/job/{id}/deployment":               h.jobDeployment,
+		"GET /v1/job/{id}/deployments":              h.jobDeployments,
+		"PUT /v1/job/{id}/plan":                     h.jobPlan,
+		"POST /v1/job/{id}/plan":                    h.jobPlan,
+		"PUT /v1/validate/job":                      h.jobValidate,
+		"POST /v1/validate/job":                     h.jobValidate,
+		"GET /v1/evaluations":                       h.evalList,
+		"GET /v1/evaluation/{id}":                   h.evalGet,
+		"GET /v1/evaluation/{id}/allocations":       h.evalAllocations,
+		"GET /v1/agent/self":                        h.agentSelf,
+		"GET /v1/agent/members":                     h.agentMembers,
+		"GET /v1/agent/health":                      h.agentHealth,
+		"GET /v1/regions":                           h.regions,
+		"GET /v1/operator/scheduler/configuration":  h.schedulerConfiguration,
 		"GET /v1/allocations":                       h.allocList,
 		"GET /v1/allocation/{id}":                   h.allocGet,
 		"GET /v1/status/leader":                     h.statusLeader,

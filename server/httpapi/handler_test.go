@@ -99,7 +99,7 @@ func TestRoutes_UnknownPathIs404(t *testing.T) {
 	for _, p := range []string{
 		"/v1", "/v1/volume", "/v1/volume/csi/", "/v1/volume/csi/vol1/extra",
 		"/v1/volume/host/vol1", "/v1/volumes/other", "/v1/plugin/csi/", "/v1/node/",
-		"/v1/job", "/v1/job/", "/v1/job/j/evaluations", "/v1/allocation/", "/v1/status", "/v1/operator/raft",
+		"/v1/job", "/v1/job/", "/v1/job/j/versions", "/v1/allocation/", "/v1/status", "/v1/operator/raft",
 	} {
 		rec := do(t, h, http.MethodGet, p, "")
 		must.Eq(t, http.StatusNotFound, rec.Code, must.Sprint(p))

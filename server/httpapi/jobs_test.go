@@ -22,6 +22,8 @@ type jobBackend struct {
 	*fakeBackend
 	jobs   map[string]*structs.Job        // by namespace + "/" + ID
 	allocs map[string]*structs.Allocation // by ID
+	// plan is what Job.Plan answers, with the planned and existing jobs.
+	plan structs.JobPlanResponse
 }
 
 func newJobTestHandler(t *testing.T) (*jobBackend, http.Handler) {
@@ -57,7 +59,7 @@ func (b *jobBackend) RPC(method string, args, reply any) error {
 		j.Status = structs.JobStatusPending
 		b.jobs[k] = j
 		r.Warnings = slices.Clone(f.warnings)
-		r.Index = f.index
+		r.Index, r.JobModifyIndex = f.index, j.JobModifyIndex
 	case "Job.Deregister":
 		a, r := args.(*structs.JobDeregisterRequest), reply.(*structs.JobDeregisterResponse)
 		k := volKey(a.RequestNamespace(), a.JobID)
@@ -72,6 +74,7 @@ func (b *jobBackend) RPC(method string, args, reply any) error {
 			j = j.Copy()
 			j.Stop, j.Status, j.ModifyIndex = true, structs.JobStatusDead, f.index
 			b.jobs[k] = j
+			r.JobModifyIndex = j.JobModifyIndex
 		}
 		r.Index = f.index
 	case "Job.GetJob":
@@ -82,7 +85,7 @@ func (b *jobBackend) RPC(method string, args, reply any) error {
 	case "Job.List":
 		a, r := args.(*structs.JobListRequest), reply.(*structs.JobListResponse)
 		for _, k := range slices.Sorted(maps.Keys(b.jobs)) {
-			if j := b.jobs[k]; j.Namespace == a.RequestNamespace() && strings.HasPrefix(j.ID, a.Prefix) {
+			if j := b.jobs[k]; (a.Namespace == "*" || j.Namespace == a.RequestNamespace()) && strings.HasPrefix(j.ID, a.Prefix) {
 				r.Jobs = append(r.Jobs, j.Stub())
 			}
 		}
@@ -94,6 +97,15 @@ func (b *jobBackend) RPC(method string, args, reply any) error {
 				r.Allocations = append(r.Allocations, al.Copy())
 			}
 		}
+		r.QueryMeta = f.readMeta()
+	case "Job.Plan":
+		a, r := args.(*structs.JobPlanRequest), reply.(*structs.JobPlanResponse)
+		if err := a.Job.Validate(); err != nil {
+			return err
+		}
+		*r = b.plan
+		r.Job = a.Job.Copy()
+		r.Existing = b.jobs[volKey(a.Job.Namespace, a.Job.ID)].Copy()
 		r.QueryMeta = f.readMeta()
 	case "Alloc.GetAlloc":
 		a, r := args.(*structs.AllocSpecificRequest), reply.(*structs.SingleAllocResponse)
@@ -169,7 +181,13 @@ func TestJobRegister(t *testing.T) {
 		var out JobWriteResponse
 		mustJSON(t, rec, &out)
 		must.Eq(t, rec.Header().Get("X-Nomad-Index"), fmt.Sprint(out.Index))
-		must.Eq(t, JobWriteResponse{Warnings: []string{`volume "vol[2]" does not exist yet`}, Index: out.Index}, out)
+		// Nomad's shape: one string of warnings, and the evaluation of the
+		// job as written, derived from its modify index.
+		must.Eq(t, `volume "vol[2]" does not exist yet`, out.Warnings)
+		j := be.jobs[volKey("default", sent.ID)]
+		must.Eq(t, JobWriteResponse{Warnings: out.Warnings, Index: out.Index, EvalID: jobEvalID(j),
+			EvalCreateIndex: j.JobModifyIndex, JobModifyIndex: j.JobModifyIndex}, out)
+		must.Positive(t, out.JobModifyIndex)
 
 		args := be.call("Job.Register").(*structs.JobRegisterRequest)
 		must.Eq(t, structs.WriteRequest{Region: "r1", Namespace: "default", AuthToken: "tok"}, args.WriteRequest)
@@ -228,14 +246,40 @@ func TestJobRegister_BadBodies(t *testing.T) {
 		status int
 		want   string
 	}{
-		"empty":                {"", http.StatusBadRequest, "the body is empty"},
-		"no job":               {`{}`, http.StatusBadRequest, `the body has no job: send {"Job":{...}}`},
-		"null job":             {`{"Job":null}`, http.StatusBadRequest, "the body has no job"},
-		"unknown top field":    {`{"Job":{"ID":"j"},"EnforceIndex":true}`, http.StatusBadRequest, `unknown field "EnforceIndex"`},
-		"unknown job field":    {`{"Job":{"ID":"j","Datacenters":["dc1"]}}`, http.StatusBadRequest, `unknown field "Datacenters"`},
+		"empty":             {"", http.StatusBadRequest, "the body is empty"},
+		"no job":            {`{}`, http.StatusBadRequest, `the body has no job: send {"Job":{...}}`},
+		"null job":          {`{"Job":null}`, http.StatusBadRequest, "the body has no job"},
+		"unknown top field": {`{"Job":{"ID":"j"},"Bogus":true}`, http.StatusBadRequest, `unknown field "Bogus"`},
+		"unknown job field": {`{"Job":{"ID":"j","Bogus":["dc1"]}}`, http.StatusBadRequest, `unknown field "Bogus"`},
+		"unknown task field": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","Bogus":1}]}]}}`,
+			http.StatusBadRequest, `unknown field "Bogus"`},
+		"docker config": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","Config":{"image":"x"}}]}]}}`,
+			http.StatusBadRequest, `unknown field "image"`},
+		// Nomad's fields that would change where or how the job runs.
+		"datacenters": {`{"Job":{"ID":"j","Datacenters":["dc1"]}}`, http.StatusBadRequest,
+			`job "j": Datacenters ["dc1"] is not supported by volplane`},
+		"job constraints": {`{"Job":{"ID":"j","Constraints":[{"LTarget":"${attr.kernel.name}","RTarget":"linux","Operand":"="}]}}`,
+			http.StatusBadRequest, `job "j": Constraints is not supported by volplane`},
+		"periodic": {`{"Job":{"ID":"j","Periodic":{"Spec":"* * * * *"}}}`, http.StatusBadRequest, `job "j": Periodic is not supported`},
+		"group networks": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Networks":[{"Mode":"bridge"}]}]}}`,
+			http.StatusBadRequest, `job "j" group "g": Networks is not supported by volplane`},
+		"sticky volume": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Volumes":{"v":{"Type":"csi","Source":"s","Sticky":true}}}]}}`,
+			http.StatusBadRequest, `job "j" group "g" volume "v": Sticky is not supported`},
+		"task env": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","Env":{"A":"b"}}]}]}}`,
+			http.StatusBadRequest, `job "j" group "g" task "t": Env is not supported by volplane`},
+		"csi plugin task": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","CSIPluginConfig":{"ID":"p","Type":"monolith"}}]}]}}`,
+			http.StatusBadRequest, `job "j" group "g" task "t": CSIPluginConfig is not supported`},
+		"task templates": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","Templates":[{"EmbeddedTmpl":"x"}]}]}]}}`,
+			http.StatusBadRequest, `job "j" group "g" task "t": Templates is not supported`},
+		"enforce index": {`{"Job":` + valid[len(`{"Job":`):len(valid)-1] + `,"EnforceIndex":true,"JobModifyIndex":7}`,
+			http.StatusConflict, `Enforcing job modify index 7: job exists with conflicting job modify index: 0`},
 		"unknown nested field": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Sticky":true}]}}`, http.StatusBadRequest, `unknown field "Sticky"`},
 		"wrong type": {`{"Job":{"ID":"j","TaskGroups":[{"Count":"3"}]}}`, http.StatusBadRequest,
 			`field "Job.TaskGroups.Count": expected a JSON number, got a JSON string`},
+		"wrong type in a job field": {`{"Job":{"ID":"j","Type":3}}`, http.StatusBadRequest,
+			`field "Job.Type": expected a JSON string, got a JSON number`},
+		"wrong type in a mount": {`{"Job":{"ID":"j","TaskGroups":[{"Tasks":[{"VolumeMounts":[{"ReadOnly":"yes"}]}]}]}}`, http.StatusBadRequest,
+			`field "Job.TaskGroups.Tasks.VolumeMounts.ReadOnly": expected a JSON boolean, got a JSON string`},
 		"rpc request fields": {string(rpcBody), http.StatusBadRequest, `unknown field "Timestamp"`},
 		"trailing garbage":   {valid + "x", http.StatusBadRequest, "invalid character 'x'"},
 		"refused by the server": {strings.Replace(valid, `"PerAlloc":true`, `"PerAlloc":false`, 1), http.StatusBadRequest,
@@ -315,7 +359,8 @@ func TestJobDeregister(t *testing.T) {
 	var out JobWriteResponse
 	mustJSON(t, rec, &out)
 	must.Eq(t, fmt.Sprint(out.Index), rec.Header().Get("X-Nomad-Index"))
-	must.Eq(t, `{"Index":`+fmt.Sprint(out.Index)+"}\n", rec.Body.String())
+	// Nomad's answer: the evaluation of the stop, derived from the job.
+	must.Eq(t, jobEvalID(be.jobs[volKey("default", "web")]), out.EvalID)
 	args := be.call("Job.Deregister").(*structs.JobDeregisterRequest)
 	must.Eq(t, structs.JobDeregisterRequest{JobID: "web", WriteRequest: structs.WriteRequest{AuthToken: "tok"}}, *args)
 	must.True(t, be.jobs[volKey("default", "web")].Stop)

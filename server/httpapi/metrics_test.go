@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -39,7 +40,7 @@ func TestMetrics_RealServer(t *testing.T) {
 	err := srv.RPC("ClientCSI.NodeDetachVolume", req, &structs.ClientCSIEmptyResponse{})
 	must.Eq(t, structs.ErrCodeNoNodeConn, structs.CodeOf(err))
 
-	resp, err := http.Get("http://" + srv.HTTPAddr() + "/v1/metrics")
+	resp, err := http.Get("http://" + srv.HTTPAddr() + "/v1/metrics?format=prometheus")
 	must.NoError(t, err)
 	defer resp.Body.Close()
 	must.Eq(t, http.StatusOK, resp.StatusCode)
@@ -58,4 +59,30 @@ func TestMetrics_RealServer(t *testing.T) {
 	} {
 		must.StrContains(t, text, want)
 	}
+}
+
+// TestMetrics_RealServerNomadJSON reads a real server's metrics with
+// Nomad's client, which asks for JSON.
+func TestMetrics_RealServerNomadJSON(t *testing.T) {
+	srv := server.TestServer(t, nil)
+	server.WaitForLeader(t, srv)
+	resp, err := http.Get("http://" + srv.HTTPAddr() + "/v1/metrics")
+	must.NoError(t, err)
+	defer resp.Body.Close()
+	must.Eq(t, http.StatusOK, resp.StatusCode)
+	var s struct {
+		Timestamp string
+		Gauges    []struct {
+			Name  string
+			Value float32
+		}
+	}
+	must.NoError(t, json.NewDecoder(resp.Body).Decode(&s))
+	must.NotEq(t, "", s.Timestamp)
+	must.SliceContainsFunc(t, s.Gauges, "volplane_volumewatcher_queue_depth", func(g struct {
+		Name  string
+		Value float32
+	}, name string) bool {
+		return g.Name == name
+	})
 }

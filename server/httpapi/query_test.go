@@ -106,7 +106,7 @@ func TestQueryOptions_MalformedIs400NamingTheParameter(t *testing.T) {
 		"filter=ID==x":   "filter",
 		"reverse=true":   "reverse",
 		"index=%zz":      "malformed query string",
-		"type=host":      `unsupported volume type "host"`,
+		"type=nfs":       `unsupported volume type "nfs"`,
 		"type=csi&x=%%%": "malformed query string",
 	}
 	for query, want := range cases {
@@ -114,6 +114,20 @@ func TestQueryOptions_MalformedIs400NamingTheParameter(t *testing.T) {
 		mustError(t, do(t, h, http.MethodGet, "/v1/volumes?"+query, ""), http.StatusBadRequest, want)
 		must.Nil(t, be.call("CSIVolume.List"), must.Sprint(query))
 	}
+}
+
+// TestVolumes_HostTypeIsEmpty: Nomad's CLI lists host volumes before CSI
+// ones; volplane has none, so the list is empty, with the read headers
+// Nomad's client needs, and no CSI list is made.
+func TestVolumes_HostTypeIsEmpty(t *testing.T) {
+	be, h := newTestHandler(t)
+	rec := do(t, h, http.MethodGet, "/v1/volumes?type=host&namespace=*", "")
+	must.Eq(t, http.StatusOK, rec.Code)
+	must.Eq(t, "[]\n", rec.Body.String())
+	for _, hdr := range []string{"X-Nomad-Index", "X-Nomad-LastContact", "X-Nomad-KnownLeader"} {
+		must.NotEq(t, "", rec.Header().Get(hdr), must.Sprint(hdr))
+	}
+	must.Nil(t, be.call("CSIVolume.List"))
 }
 
 func TestReadHeaders(t *testing.T) {

@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"maps"
 	"net/http"
+	"slices"
 
 	"github.com/volplane/volplane/structs"
 )
@@ -38,7 +40,34 @@ func (h *handler) pluginGet(w http.ResponseWriter, r *http.Request) (any, error)
 	if reply.Plugin == nil {
 		return nil, structs.ErrNotFound("plugin %q not found", args.ID)
 	}
-	return reply.Plugin, nil
+	return h.pluginView(args.QueryOptions, reply.Plugin), nil
+}
+
+// PluginView is a plugin as GET /v1/plugin/csi/:id answers it: every
+// field of structs.CSIPlugin (its controllers and nodes by node ID, each
+// with Nomad's CSIInfo fields), with Nomad's Allocations: stubs of the
+// allocations that run the plugin's instances, those the caller may read.
+type PluginView struct {
+	*structs.CSIPlugin
+	Allocations []*AllocListStub
+}
+
+func (h *handler) pluginView(q structs.QueryOptions, p *structs.CSIPlugin) *PluginView {
+	out := &PluginView{CSIPlugin: p, Allocations: []*AllocListStub{}}
+	seen := map[string]bool{}
+	for _, m := range []map[string]*structs.CSIInfo{p.Controllers, p.Nodes} {
+		for _, node := range slices.Sorted(maps.Keys(m)) {
+			info := m[node]
+			if info == nil || info.AllocID == "" || seen[info.AllocID] {
+				continue
+			}
+			seen[info.AllocID] = true
+			if stub := h.allocStubByID(q, info.AllocID); stub != nil {
+				out.Allocations = append(out.Allocations, stub)
+			}
+		}
+	}
+	return out
 }
 
 // nodeList serves GET /v1/nodes: a bare array of stubs.

@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/volplane/volplane/structs"
@@ -22,6 +24,9 @@ func (h *handler) volumeList(w http.ResponseWriter, r *http.Request) (any, error
 	v, err := parseQueryOptions(r, &args.QueryOptions)
 	if err != nil {
 		return nil, err
+	}
+	if v.Get("type") == volumeTypeHost {
+		return hostVolumeList(w)
 	}
 	if err := checkType("volume", v.Get("type")); err != nil {
 		return nil, err
@@ -51,7 +56,54 @@ func (h *handler) volumeGet(w http.ResponseWriter, r *http.Request) (any, error)
 		return nil, structs.ErrNotFound("volume %q not found", args.ID)
 	}
 	// The server sanitizes too; this layer does not rely on it.
-	return reply.Volume.Sanitize(), nil
+	return h.volumeView(args.QueryOptions, reply.Volume.Sanitize()), nil
+}
+
+// volumeTypeHost is Nomad's dynamic host volumes' type. volplane has none;
+// Nomad's CLI asks for them before CSI volumes.
+const volumeTypeHost = "host"
+
+// VolumeView is a volume as GET /v1/volume/csi/:id answers it: every field
+// of structs.CSIVolume, with Nomad's ReadAllocs and WriteAllocs (the
+// claiming allocations' IDs as keys, their allocations as values, null
+// where the caller may not read one) and Allocations (stubs of those
+// allocations), which Nomad's CLI shows.
+type VolumeView struct {
+	*structs.CSIVolume
+	ReadAllocs  map[string]*AllocListStub
+	WriteAllocs map[string]*AllocListStub
+	Allocations []*AllocListStub
+}
+
+// volumeView reads the allocations of a volume's claims, each as the
+// caller may (one it may not read, or gone, stays a key with a null).
+func (h *handler) volumeView(q structs.QueryOptions, v *structs.CSIVolume) *VolumeView {
+	out := &VolumeView{CSIVolume: v, ReadAllocs: map[string]*AllocListStub{}, WriteAllocs: map[string]*AllocListStub{},
+		Allocations: []*AllocListStub{}}
+	fill := func(claims map[string]*structs.CSIVolumeClaim, into map[string]*AllocListStub) {
+		for _, id := range slices.Sorted(maps.Keys(claims)) {
+			stub := h.allocStubByID(q, id)
+			into[id] = stub
+			if stub != nil {
+				out.Allocations = append(out.Allocations, stub)
+			}
+		}
+	}
+	fill(v.ReadClaims, out.ReadAllocs)
+	fill(v.WriteClaims, out.WriteAllocs)
+	return out
+}
+
+// allocStubByID reads one allocation as a stub; nil when it is gone or
+// the caller may not read it.
+func (h *handler) allocStubByID(q structs.QueryOptions, id string) *AllocListStub {
+	args := structs.AllocSpecificRequest{AllocID: id, QueryOptions: structs.QueryOptions{Region: q.Region,
+		AuthToken: q.AuthToken, AllowStale: true}}
+	var reply structs.SingleAllocResponse
+	if err := h.backend.RPC("Alloc.GetAlloc", &args, &reply); err != nil || reply.Alloc == nil {
+		return nil
+	}
+	return allocStub(reply.Alloc)
 }
 
 // volumeRegister serves PUT and POST /v1/volume/csi/:id with the body

@@ -217,12 +217,31 @@ func (h *handler) bodyError(err error) error {
 	case errors.As(err, &typeErr) && typeErr.Field == "":
 		reason = fmt.Sprintf("expected a JSON %s, got a JSON %s", jsonKind(typeErr.Type), typeErr.Value)
 	case errors.As(err, &typeErr):
-		reason = fmt.Sprintf("field %q: expected a JSON %s, got a JSON %s", typeErr.Field, jsonKind(typeErr.Type), typeErr.Value)
+		reason = fmt.Sprintf("field %q: expected a JSON %s, got a JSON %s", jsonPath(typeErr.Field), jsonKind(typeErr.Type), typeErr.Value)
 	default:
 		// Unknown fields read `json: unknown field "X"`.
 		reason = strings.TrimPrefix(err.Error(), "json: ")
 	}
 	return structs.ErrInvalid("invalid JSON body: %s", reason)
+}
+
+// embeddedNames are the Go types the job's wire types embed
+// (job_wire.go): encoding/json names them in a field's path, where the
+// caller's JSON has no such level.
+var embeddedNames = map[string]bool{"TaskGroup": true, "Task": true, "VolumeRequest": true, "VolumeMount": true}
+
+// jsonPath is a decoding error's field path as the caller's JSON spells
+// it: without the levels of embedded wire types ("Job.Job.ID" is "Job.ID").
+func jsonPath(field string) string {
+	parts := strings.Split(field, ".")
+	out := parts[:0:0]
+	for i, p := range parts {
+		if i > 0 && (embeddedNames[p] || (p == "Job" && parts[i-1] == "Job")) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return strings.Join(out, ".")
 }
 
 // jsonKind names the JSON type a Go type is decoded from.
