@@ -114,6 +114,9 @@ var aclRules = map[string]aclRule{
 	"Status.Peers":       openRule(),
 	"Status.Join":        serverRule(),
 	"Status.HasNodeConn": serverRule(),
+	// A follower asks the leader's read index for itself, before it
+	// answers a read locally.
+	"Status.ReadIndex": serverRule(),
 
 	"Operator.RaftListPeers":   tokenRule(operatorNeed(levelRead)),
 	"Operator.RaftRemovePeer":  tokenRule(operatorNeed(levelWrite)),
@@ -367,6 +370,12 @@ func (id *identity) has(n aclNeed, reqNs string) bool {
 // (yet: it may lag the leader) is left to the leader when the request goes
 // there; a stale read is answered here and decided here.
 func (s *Server) authorize(method string, info structs.RPCInfo, args any) error {
+	return s.authorizeWith(method, args, s.leaderDecides(info))
+}
+
+// authorizeWith is authorize, told whether a leader will check the request
+// again (then a token this server does not know yet is left to it).
+func (s *Server) authorizeWith(method string, args any, leaderDecides bool) error {
 	if !s.config.ACLEnabled {
 		return nil
 	}
@@ -379,7 +388,7 @@ func (s *Server) authorize(method string, info structs.RPCInfo, args any) error 
 	}
 	id, err := s.aclIdentity(args)
 	if err != nil {
-		if errors.Is(err, structs.ErrTokenNotFound) && s.leaderDecides(info) {
+		if errors.Is(err, structs.ErrTokenNotFound) && leaderDecides {
 			return nil
 		}
 		return s.denied(method, nil, err)

@@ -64,6 +64,8 @@ type Server struct {
 	leaderReady  bool
 	leaderDone   chan struct{}
 	leaderWG     sync.WaitGroup
+	// leaderCheck confirms leadership for followers' read-index requests.
+	leaderCheck leaderVerifier
 
 	members    *memberList
 	heartbeats *heartbeats
