@@ -135,6 +135,10 @@ type Config struct {
 	// held.
 	WritesReady        <-chan struct{}
 	WritesReadyTimeout time.Duration
+
+	// StubCacheBytes bounds the cache of encoded volume stubs (see
+	// stubCache); 0 means DefaultStubCacheBytes.
+	StubCacheBytes int
 }
 
 // DefaultBodyTimeout is the body read bound when Config.BodyTimeout is 0.
@@ -171,6 +175,9 @@ type handler struct {
 	writesReadyTimeout time.Duration
 
 	eventFilter func(token string) (func(ev state.Event) (bool, error), error)
+	// stubs caches encoded volume stubs; gz the compressed large bodies.
+	stubs *stubCache
+	gz    gzipRecent
 	// patterns are the routes, as registered, for Routes.
 	patterns []string
 }
@@ -196,6 +203,7 @@ func NewHandler(cfg Config) http.Handler {
 		writesReady:        cfg.WritesReady,
 		writesReadyTimeout: cfg.WritesReadyTimeout,
 		eventFilter:        cfg.EventFilter,
+		stubs:              newStubCache(cfg.StubCacheBytes),
 	}
 	if h.logger == nil {
 		h.logger = hclog.NewNullLogger()
@@ -364,23 +372,47 @@ func orEmpty[T any](s []T) []T {
 	return s
 }
 
+// rawJSON is a body an endpoint encoded itself (from a cache), written as
+// it is.
+type rawJSON []byte
+
 // writeJSON encodes out fully before writing anything, so an encoding
 // failure still becomes a clean 500 instead of half a body. ?pretty indents,
-// as Nomad's does.
+// as Nomad's does. The body is compressed when the client accepts gzip and
+// it is large enough (writeBody).
 func (h *handler) writeJSON(w http.ResponseWriter, r *http.Request, out any) {
+	_, pretty := r.URL.Query()["pretty"]
+	if raw, ok := out.(rawJSON); ok {
+		if !pretty {
+			h.writeBody(w, r, raw)
+			return
+		}
+		out = json.RawMessage(raw)
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
-	if _, pretty := r.URL.Query()["pretty"]; pretty {
+	if pretty {
 		enc.SetIndent("", "    ")
 	}
 	if err := enc.Encode(out); err != nil {
 		h.writeError(w, r, structs.NewError(structs.ErrCodeInternal, "encoding response: %v", err))
 		return
 	}
+	h.writeBody(w, r, buf.Bytes())
+}
+
+// writeBody writes an encoded JSON body, gzipped when the client accepts
+// it and the body is large enough.
+func (h *handler) writeBody(w http.ResponseWriter, r *http.Request, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.Header().Add("Vary", "Accept-Encoding")
+	if len(body) >= gzipMinSize && acceptsGzip(r) {
+		body = h.gz.compress(body)
+		w.Header().Set("Content-Encoding", "gzip")
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(body)
 }
 
 // writeError answers with the status of err's code and its message as plain
