@@ -208,6 +208,9 @@ var aclRules = map[string]aclRule{
 	// The web UI's files are public, as Nomad's; what it reads takes the
 	// token it sends.
 	"Agent.UI": openRule(),
+	// Profiling the agent (GET /v1/agent/pprof/...): agent write, as
+	// Nomad's Agent.Profile; with ACLs off, enable_debug (authorizeDebug).
+	"Agent.Pprof": tokenRule(aclNeed{area: areaAgent, level: levelWrite}),
 
 	// A task's logs: Nomad's read-logs in the allocation's namespace.
 	"FileSystem.Logs": tokenRule(nsNeed(acl.NamespaceCapabilityReadLogs)),
@@ -427,4 +430,19 @@ func nodeIDOf(id *identity) string {
 		return ""
 	}
 	return id.nodeID
+}
+
+// authorizeDebug decides whether a request may use the profiling routes,
+// as Nomad's Agent.Profile does: with ACLs on, a token with agent write
+// (the Agent.Pprof row); with ACLs off, only when the agent runs with
+// enable_debug.
+func (s *Server) authorizeDebug(token string) error {
+	if !s.config.ACLEnabled {
+		if !s.config.EnableDebug {
+			return s.denied("Agent.Pprof", nil, structs.ErrPermissionDenied)
+		}
+		return nil
+	}
+	req := &structs.GenericRequest{QueryOptions: structs.QueryOptions{AuthToken: token}}
+	return s.authorizeWith("Agent.Pprof", req, false)
 }

@@ -266,8 +266,10 @@ func (s *Server) setupHTTP() error {
 			ShutdownCh:  s.shutdownCtx.Done(),
 			Metrics:     metrics.Handler(),
 			EventFilter: s.eventFilter,
-			BodyTimeout: s.config.HTTPBodyTimeout,
-			WritesReady: s.config.HTTPWritesReady,
+			// Profiling: agent write with ACLs, enable_debug without.
+			AuthorizeDebug: s.authorizeDebug,
+			BodyTimeout:    s.config.HTTPBodyTimeout,
+			WritesReady:    s.config.HTTPWritesReady,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Idle keep-alive connections count against the per-client limit.

@@ -65,6 +65,7 @@
 
 //	GET         /v1/client/fs/logs/:alloc?task=&type=[&follow=&origin=&offset=&plain=]  a task's stdout or stderr (see allocLogs)
 //	GET         /ui/                                          the web UI (see ui.go); / redirects there
+//	GET         /v1/agent/pprof/[cmdline|profile|symbol|trace|heap|goroutine|...]  profiles of this agent (see pprofRoutes)
 //
 // Reads take index, wait, stale, namespace, region, prefix, per_page and
 // next_token, and answer with X-Nomad-Index, X-Nomad-KnownLeader,
@@ -136,6 +137,11 @@ type Config struct {
 	WritesReady        <-chan struct{}
 	WritesReadyTimeout time.Duration
 
+	// AuthorizeDebug decides whether a request with the given token may
+	// use the profiling routes (GET /v1/agent/pprof/...); nil answers
+	// them 404.
+	AuthorizeDebug func(token string) error
+
 	// StubCacheBytes bounds the cache of encoded volume stubs (see
 	// stubCache); 0 means DefaultStubCacheBytes.
 	StubCacheBytes int
@@ -174,7 +180,8 @@ type handler struct {
 	writesReady        <-chan struct{}
 	writesReadyTimeout time.Duration
 
-	eventFilter func(token string) (func(ev state.Event) (bool, error), error)
+	eventFilter    func(token string) (func(ev state.Event) (bool, error), error)
+	authorizeDebug func(token string) error
 	// stubs caches encoded volume stubs; gz the compressed large bodies.
 	stubs *stubCache
 	gz    gzipRecent
@@ -203,6 +210,7 @@ func NewHandler(cfg Config) http.Handler {
 		writesReady:        cfg.WritesReady,
 		writesReadyTimeout: cfg.WritesReadyTimeout,
 		eventFilter:        cfg.EventFilter,
+		authorizeDebug:     cfg.AuthorizeDebug,
 		stubs:              newStubCache(cfg.StubCacheBytes),
 	}
 	if h.logger == nil {
@@ -290,6 +298,9 @@ func (h *handler) routes() {
 		"GET /{$}":                       uiRedirect,
 		"GET /ui/":                       uiHandler(ui.Bundle()).ServeHTTP,
 	} {
+		h.handle(pattern, fn)
+	}
+	for pattern, fn := range h.pprofRoutes() {
 		h.handle(pattern, fn)
 	}
 	slices.Sort(h.patterns)
