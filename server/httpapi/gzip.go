@@ -81,7 +81,8 @@ func (g *gzipRecent) compress(body []byte) []byte {
 		copy(g.entries, g.entries[1:])
 		g.entries = g.entries[:len(g.entries)-1]
 	}
-	g.entries = append(g.entries, gzipEntry{plain: body, gz: gz})
+	// The caller's buffer is reused once written: keep a copy.
+	g.entries = append(g.entries, gzipEntry{plain: bytes.Clone(body), gz: gz})
 	g.mu.Unlock()
 	return gz
 }

@@ -396,8 +396,10 @@ func (h *handler) writeJSON(w http.ResponseWriter, r *http.Request, out any) {
 	if raw, ok := out.(rawJSON); ok {
 		if !pretty {
 			h.writeBody(w, r, raw)
+			putBuffer(raw)
 			return
 		}
+		defer putBuffer(raw)
 		out = json.RawMessage(raw)
 	}
 	var buf bytes.Buffer
