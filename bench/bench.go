@@ -204,6 +204,9 @@ type Config struct {
 	HTTPRegisterOps int
 	// MemoryVolumes is the number of volumes of the memory phase's server.
 	MemoryVolumes int
+	// Binary is the volplane binary whose agents the http phase starts;
+	// "" means the running one (the bench runs inside volplane).
+	Binary string
 
 	// Phases selects what runs: PhaseRegister, PhaseClaim, PhaseList,
 	// PhaseRelease, PhaseScale.

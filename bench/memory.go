@@ -33,21 +33,24 @@ const (
 	MemoryTargetRatio = 1.2
 )
 
-// memSample is the process's memory at one point, after a full GC.
+// memSample is the process's memory at one point.
 type memSample struct {
+	// rss is the resident set as found, before any collection forced
+	// here: what an operator sees (0 where the platform does not tell).
+	rss uint64
+	// heapInuse is the heap in use after a full collection.
 	heapInuse uint64
-	rss       uint64 // 0 where the platform does not tell
 }
 
-// sampleMemory collects garbage twice (the second sweeps what finalizers of
-// the first freed), returns what is free to the OS, and reads the heap in
-// use and the resident set.
+// sampleMemory reads the resident set, then collects garbage, returns
+// what is free to the OS (so the next sample's RSS starts from here), and
+// reads the heap in use.
 func sampleMemory() memSample {
-	runtime.GC()
+	rss := processRSS()
 	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return memSample{heapInuse: ms.HeapInuse, rss: processRSS()}
+	return memSample{heapInuse: ms.HeapInuse, rss: rss}
 }
 
 // processRSS is the resident set of this process from /proc (Linux); 0
@@ -80,7 +83,12 @@ func processRSS() uint64 {
 func runMemory(ctx context.Context, cfg *Config, dir string, rep *Report) error {
 	dataDir := filepath.Join(dir, "memory", "srv")
 	n := cfg.MemoryVolumes
-	base := sampleMemory()
+	// Baselines start from a collected heap whose free pages went back.
+	baseline := func() memSample {
+		debug.FreeOSMemory()
+		return sampleMemory()
+	}
+	base := baseline()
 
 	cfg.progress("memory: starting a one-server cluster and registering %d volumes, %d per request", n, cfg.ListBatch)
 	live, err := startMemoryServer(ctx, cfg, dataDir)
@@ -98,8 +106,11 @@ func runMemory(ctx context.Context, cfg *Config, dir string, rep *Report) error 
 	if err := live.Shutdown(); err != nil {
 		return err
 	}
-	between := sampleMemory()
-
+	// The stopped server's state stays reachable until the next server
+	// starts (the metrics package keeps the latest server's gauges), so
+	// both servers are measured over the heap before the first started:
+	// were the stopped one's state still held, the restored figure would
+	// count it too, and the target would be missed, not met, by it.
 	restarted, err := startMemoryServer(ctx, cfg, dataDir)
 	if err != nil {
 		return err
@@ -115,7 +126,7 @@ func runMemory(ctx context.Context, cfg *Config, dir string, rep *Report) error 
 	restored := sampleMemory()
 
 	liveHeap := int64(built.heapInuse) - int64(base.heapInuse)
-	restoredHeap := int64(restored.heapInuse) - int64(between.heapInuse)
+	restoredHeap := int64(restored.heapInuse) - int64(base.heapInuse)
 	add := func(name string, heap int64, rss uint64, rssBase uint64) *Result {
 		res := Result{Phase: PhaseMemory, Cluster: name, Volumes: n, Concurrency: 1}
 		res.HeapMB = round3(float64(heap) / (1 << 20))
@@ -127,7 +138,7 @@ func runMemory(ctx context.Context, cfg *Config, dir string, rep *Report) error 
 		return &rep.Results[len(rep.Results)-1]
 	}
 	add("live", liveHeap, built.rss, base.rss)
-	r := add("restored", restoredHeap, restored.rss, between.rss)
+	r := add("restored", restoredHeap, restored.rss, base.rss)
 	if liveHeap > 0 {
 		r.HeapRatio = round3(float64(restoredHeap) / float64(liveHeap))
 	}
@@ -135,7 +146,7 @@ func runMemory(ctx context.Context, cfg *Config, dir string, rep *Report) error 
 	r.Target = fmt.Sprintf("heap <= %gx live", MemoryTargetRatio)
 	r.Pass = &pass
 	r.Detail = fmt.Sprintf("heap in use after a full GC, over the process's before the server started: live %.1f MB (%d B/volume), "+
-		"restored from the snapshot %.1f MB (%d B/volume), %.2fx; RSS growth live %.1f MB, restored %.1f MB",
+		"restored from the snapshot %.1f MB (%d B/volume), %.2fx; RSS growth as found once ready: live %.1f MB, restored %.1f MB",
 		float64(liveHeap)/(1<<20), liveHeap/int64(n), float64(restoredHeap)/(1<<20), restoredHeap/int64(n),
 		float64(restoredHeap)/float64(max(liveHeap, 1)), rep.Results[len(rep.Results)-2].RSSMB, r.RSSMB)
 	cfg.progress("memory: %s", r.Detail)

@@ -52,13 +52,15 @@ type procServer struct {
 // procStopTimeout bounds a graceful stop before the process is killed.
 const procStopTimeout = 30 * time.Second
 
-// startProcCluster starts n server agents on free loopback ports with data
-// dirs under dir, joined to each other, each with the agent configuration
-// config (HCL, may be empty), and waits until their HTTP APIs answer.
-func startProcCluster(ctx context.Context, dir string, n int, config string) (_ *procCluster, err error) {
-	bin, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("finding the volplane binary: %w", err)
+// startProcCluster starts n server agents of the volplane binary bin (""
+// for the running one) on free loopback ports with data dirs under dir,
+// joined to each other, each with the agent configuration config (HCL, may
+// be empty). waitLeader waits for them to form the cluster.
+func startProcCluster(ctx context.Context, bin, dir string, n int, config string) (_ *procCluster, err error) {
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("finding the volplane binary: %w", err)
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err

@@ -183,6 +183,8 @@ Options:
                      Registers over HTTP at 16 and 64 writers in the http
                      phase (default %d).
   -memory-volumes=N  Volumes of the memory phase's server (default %d).
+  -binary=PATH       The volplane binary whose agents the http phase runs
+                     (default: this one).
   -phases=LIST       Comma-separated phases: register, claim, list, release,
                      scale, tls, acl, http, memory, or all (default %s).
   -breakdown         Add a third side to the register rounds, raft+fsm:
@@ -244,6 +246,7 @@ func (c *BenchCommand) Run(args []string) int {
 	f.IntVar(&cfg.ACLRounds, "acl-rounds", cfg.ACLRounds, "")
 	f.IntVar(&cfg.HTTPRegisterOps, "http-register-ops", cfg.HTTPRegisterOps, "")
 	f.IntVar(&cfg.MemoryVolumes, "memory-volumes", cfg.MemoryVolumes, "")
+	f.StringVar(&cfg.Binary, "binary", "", "")
 	f.StringVar(&phases, "phases", strings.Join(cfg.Phases, ","), "")
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "")
 	f.StringVar(&cfg.Dir, "dir", "", "")
