@@ -119,17 +119,21 @@ func (s *Server) waitForIndex(ctx context.Context, index uint64) error {
 
 // ReadIndex is asked by a follower before it answers a default read
 // itself: this server confirms with a quorum that it is still the leader
-// and answers the index its state has reached, which covers every write it
-// has acknowledged (a write is acknowledged after it is applied here). It
+// (a heartbeat round, or the lease of a recent one: readLease) and answers
+// the index its state has reached, which covers every write it has
+// acknowledged (a write is acknowledged after it is applied here). It
 // is answered only by a leader whose barrier is applied, and only to
 // servers (certificate role server when tls.rpc is on); it is never
 // forwarded.
 func (e *Status) ReadIndex(args *structs.GenericRequest, reply *structs.ReadIndexResponse) error {
 	s := e.srv
-	if _, id := s.raft.LeaderWithID(); id != raft.ServerID(s.nodeID) || !s.isLeaderReady() {
+	s.leaderMu.Lock()
+	ready, term := s.leaderReady, s.leaderDone
+	s.leaderMu.Unlock()
+	if _, id := s.raft.LeaderWithID(); id != raft.ServerID(s.nodeID) || !ready {
 		return structs.ErrNoLeader
 	}
-	if err := s.leaderCheck.verify(s.shutdownCtx, s.raft); err != nil {
+	if err := s.leaderCheck.verify(s.shutdownCtx, s.raft, term, s.readLease()); err != nil {
 		return err
 	}
 	index, err := s.fsm.State().LatestIndex()
@@ -138,6 +142,22 @@ func (e *Status) ReadIndex(args *structs.GenericRequest, reply *structs.ReadInde
 	}
 	reply.Index = index
 	return nil
+}
+
+// readLease is how long a confirmed leadership answers read-index requests
+// without another heartbeat round: half the Raft heartbeat timeout. A
+// follower that acknowledged the round refuses to vote for another
+// candidate while it still has this leader, at least a heartbeat timeout
+// after that contact (raft's leader stickiness), so no other leader can
+// commit anything within the lease; the half leaves room for clocks that
+// run at different rates and for scheduling delays. Raft's
+// LeaderLeaseTimeout is not that bound: it only says when a leader that
+// lost its quorum steps down.
+func (s *Server) readLease() time.Duration {
+	if s.config.RaftConfig == nil {
+		return 0
+	}
+	return s.config.RaftConfig.HeartbeatTimeout / 2
 }
 
 // leaderVerifier confirms leadership for read-index requests, sharing one
@@ -151,6 +171,11 @@ type leaderVerifier struct {
 	mu      sync.Mutex
 	running *verifyRound // the round under way, nil when none
 	next    *verifyRound // the round new requests join, nil when none
+	// leaseTerm and leaseUntil are the lease the latest successful round
+	// gave: until leaseUntil, within the leadership leaseTerm identifies,
+	// leadership needs no new round.
+	leaseTerm  any
+	leaseUntil time.Time
 }
 
 type verifyRound struct {
@@ -159,9 +184,15 @@ type verifyRound struct {
 }
 
 // verify returns nil once a heartbeat round that began after the call has
-// confirmed that r still leads, ErrNoLeader when it does not.
-func (v *leaderVerifier) verify(ctx context.Context, r *raft.Raft) error {
+// confirmed that r still leads, or at once while the lease of an earlier
+// round of the same leadership term (any value that identifies it) holds;
+// ErrNoLeader when r no longer leads.
+func (v *leaderVerifier) verify(ctx context.Context, r *raft.Raft, term any, lease time.Duration) error {
 	v.mu.Lock()
+	if v.leaseTerm == term && time.Now().Before(v.leaseUntil) {
+		v.mu.Unlock()
+		return nil
+	}
 	if v.next == nil {
 		v.next = &verifyRound{done: make(chan struct{})}
 	}
@@ -172,6 +203,7 @@ func (v *leaderVerifier) verify(ctx context.Context, r *raft.Raft) error {
 			// Rounds start in order, so mine is the next one: run it.
 			v.running, v.next = mine, nil
 			v.mu.Unlock()
+			start := time.Now()
 			err := r.VerifyLeader().Error()
 			if err != nil {
 				err = raftError(err)
@@ -180,6 +212,9 @@ func (v *leaderVerifier) verify(ctx context.Context, r *raft.Raft) error {
 				}
 			}
 			v.mu.Lock()
+			if err == nil && lease > 0 && (v.leaseTerm != term || start.Add(lease).After(v.leaseUntil)) {
+				v.leaseTerm, v.leaseUntil = term, start.Add(lease)
+			}
 			mine.err = err
 			close(mine.done)
 			v.running = nil

@@ -178,3 +178,30 @@ func TestReadIndex_ConcurrentVerify(t *testing.T) {
 	err := followers(servers, leader)[0].RPC("Status.ReadIndex", &structs.GenericRequest{}, &reply)
 	must.Eq(t, structs.ErrCodeNoLeader, structs.CodeOf(err), must.Sprint(err))
 }
+
+// A confirmed leadership answers without another heartbeat round while its
+// lease holds, within the same leadership term only.
+func TestReadIndex_Lease(t *testing.T) {
+	servers := TestCluster(t, 3, nil)
+	leader := WaitForLeader(t, servers...)
+	leader.leaderMu.Lock()
+	term := leader.leaderDone
+	leader.leaderMu.Unlock()
+
+	var v leaderVerifier
+	ctx := context.Background()
+	must.NoError(t, v.verify(ctx, leader.raft, term, time.Hour))
+	must.True(t, v.leaseUntil.After(time.Now().Add(30*time.Minute)))
+	// Within the lease no round runs: a nil raft would panic if one did.
+	must.NoError(t, v.verify(ctx, nil, term, time.Hour))
+
+	// Another term's lease is no lease: a round runs, and on a follower
+	// it fails.
+	f := followers(servers, leader)[0]
+	err := v.verify(ctx, f.raft, make(chan struct{}), time.Hour)
+	must.Eq(t, structs.ErrCodeNoLeader, structs.CodeOf(err), must.Sprint(err))
+	// A zero lease gives none.
+	var z leaderVerifier
+	must.NoError(t, z.verify(ctx, leader.raft, term, 0))
+	must.True(t, z.leaseUntil.IsZero())
+}
