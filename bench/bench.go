@@ -63,7 +63,8 @@ const (
 // jobs and the servers' release steps): with them the list phase would not
 // know how many volumes it lists. The release and scale phases start
 // clusters of their own, after the first three have shut theirs down.
-var phaseOrder = []string{PhaseRegister, PhaseList, PhaseClaim, PhaseRelease, PhaseScale, PhaseTLS, PhaseACL}
+var phaseOrder = []string{PhaseRegister, PhaseList, PhaseClaim, PhaseRelease, PhaseScale, PhaseTLS, PhaseACL,
+	PhaseHTTP, PhaseMemory}
 
 // AllPhases returns every phase, in the order they run.
 func AllPhases() []string { return slices.Clone(phaseOrder) }
@@ -198,6 +199,15 @@ type Config struct {
 	ACLListRequests int
 	ACLRounds       int
 
+	// HTTPRegisterOps is the number of registers over HTTP at 16 and 64
+	// writers in the http phase (a quarter of it with one writer).
+	HTTPRegisterOps int
+	// MemoryVolumes is the number of volumes of the memory phase's server.
+	MemoryVolumes int
+	// Binary is the volplane binary whose agents the http phase starts;
+	// "" means the running one (the bench runs inside volplane).
+	Binary string
+
 	// Phases selects what runs: PhaseRegister, PhaseClaim, PhaseList,
 	// PhaseRelease, PhaseScale.
 	Phases []string
@@ -243,6 +253,8 @@ func DefaultConfig() Config {
 		ACLListVolumes:  1_000,
 		ACLListRequests: 4_000,
 		ACLRounds:       20,
+		HTTPRegisterOps: 4000,
+		MemoryVolumes:   100_000,
 		Phases:          []string{PhaseRegister, PhaseClaim, PhaseList},
 	}
 }
@@ -308,6 +320,12 @@ func (c *Config) normalize() error {
 	}
 	if c.ACLRounds == 0 {
 		c.ACLRounds = d.ACLRounds
+	}
+	if c.HTTPRegisterOps == 0 {
+		c.HTTPRegisterOps = d.HTTPRegisterOps
+	}
+	if c.MemoryVolumes == 0 {
+		c.MemoryVolumes = d.MemoryVolumes
 	}
 	if c.Phases == nil {
 		c.Phases = d.Phases
@@ -415,6 +433,16 @@ func run(ctx context.Context, cfg *Config, dir string, rep *Report) error {
 	if cfg.runs(PhaseACL) {
 		if err := runACL(ctx, cfg, dir, rep); err != nil {
 			return fmt.Errorf("acl: %w", err)
+		}
+	}
+	if cfg.runs(PhaseHTTP) {
+		if err := runHTTP(ctx, cfg, dir, rep); err != nil {
+			return fmt.Errorf("http: %w", err)
+		}
+	}
+	if cfg.runs(PhaseMemory) {
+		if err := runMemory(ctx, cfg, dir, rep); err != nil {
+			return fmt.Errorf("memory: %w", err)
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package bench_test
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -33,8 +34,14 @@ func TestBenchSmoke(t *testing.T) {
 	signal.Stop(sig)
 	before := runtime.NumGoroutine()
 
+	// The http phase runs server agents of a volplane binary.
+	bin := filepath.Join(t.TempDir(), "volplane")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/volplane/volplane/cmd/volplane").CombinedOutput(); err != nil {
+		t.Fatalf("building volplane: %v\n%s", err, out)
+	}
+
 	ui := cli.NewMockUi()
-	code := command.RunWithUi([]string{"bench", "-json",
+	code := command.RunWithUi([]string{"bench", "-json", "-binary=" + bin, "-http-register-ops=20", "-memory-volumes=200",
 		"-ops=40", "-serial-ops=20", "-writers=8", "-rounds=2",
 		"-list-sizes=50,100", "-list-requests=5", "-batch=40",
 		"-claim-ops=40", "-claim-serial-ops=20", "-refused-claims=30",
@@ -76,6 +83,8 @@ func TestBenchSmoke(t *testing.T) {
 			GoroutinesStart int     `json:"goroutines_before"`
 			GoroutinesPeak  int     `json:"goroutines_peak"`
 			FailedAttempts  *uint64 `json:"failed_attempts"`
+			HeapMB          float64 `json:"heap_mb"`
+			HeapPerVolume   int64   `json:"heap_bytes_per_volume"`
 			Pass            *bool   `json:"pass"`
 		} `json:"results"`
 	}
@@ -123,6 +132,10 @@ func TestBenchSmoke(t *testing.T) {
 		{"tls-claim", "", 8, 0, 40}, {"tls-claim", "", 8, 0, 40},
 		{"acl-register", "", 8, 0, 40}, {"acl-register", "", 8, 0, 40},
 		{"acl-list", "", 1, 60, 10}, {"acl-list", "", 1, 60, 10},
+		{"http-list", "", 1, 50, 5}, {"http-list", "", 1, 50, 5}, {"http-list", "", 1, 50, 5}, {"http-list", "", 1, 50, 5},
+		{"http-list", "", 1, 100, 5}, {"http-list", "", 1, 100, 5}, {"http-list", "", 1, 100, 5}, {"http-list", "", 1, 100, 5},
+		{"http-register", "", 1, 0, 5}, {"http-register", "", 16, 0, 20}, {"http-register", "", 64, 0, 20},
+		{"memory", "", 1, 200, 0}, {"memory", "", 1, 200, 0},
 	}
 	if len(rep.Results) != len(want) {
 		t.Fatalf("got %d results, want %d:\n%s", len(rep.Results), len(want), ui.OutputWriter.String())
@@ -142,6 +155,10 @@ func TestBenchSmoke(t *testing.T) {
 			// one per volume; with 20 volumes only counted.
 			if r.GoroutinesStart <= 0 || r.GoroutinesPeak < r.GoroutinesStart {
 				t.Errorf("result %d: implausible goroutine counts: %d before, %d at the peak", i, r.GoroutinesStart, r.GoroutinesPeak)
+			}
+		case "memory":
+			if r.HeapMB == 0 || r.HeapPerVolume == 0 {
+				t.Errorf("result %d: the memory phase without its heap: %+v", i, r)
 			}
 		case "release-agent-down":
 			if r.CPUCores <= 0 || r.FailedAttempts == nil {
@@ -163,7 +180,8 @@ func TestBenchSmoke(t *testing.T) {
 		if (r.Cluster == "loaded" || r.Cluster == "tls") && (r.ThroughputRatio <= 0 || r.P99Ratio <= 0) {
 			t.Errorf("result %d: %s without its comparison to the other cluster: %+v", i, r.Phase, r)
 		}
-		judged := r.Phase != "baseline" && r.Phase != "raft+fsm" && r.Cluster != "empty" && r.Cluster != "plaintext" && r.Cluster != "acl-off"
+		judged := r.Phase != "baseline" && r.Phase != "raft+fsm" && r.Cluster != "empty" && r.Cluster != "plaintext" && r.Cluster != "acl-off" &&
+			r.Phase != "http-register" && r.Cluster != "follower-stale" && r.Cluster != "leader-gzip" && r.Cluster != "live"
 		if judged && r.Pass == nil {
 			t.Errorf("result %d: %s without a verdict", i, r.Phase)
 		}

@@ -129,6 +129,14 @@ type Result struct {
 	// FailedAttempts is the number of failed release attempts in the
 	// window: the checkpoints they wrote to the leader's Raft log.
 	FailedAttempts *uint64 `json:"failed_attempts,omitempty"`
+	// HeapMB is the heap in use that the memory phase's server added
+	// (after a full GC), HeapBytesPerVolume the same per volume, and RSSMB
+	// the process's resident set growth with it; HeapRatio is the restored
+	// server's heap over the live one's.
+	HeapMB             float64 `json:"heap_mb,omitempty"`
+	HeapBytesPerVolume int64   `json:"heap_bytes_per_volume,omitempty"`
+	RSSMB              float64 `json:"rss_mb,omitempty"`
+	HeapRatio          float64 `json:"heap_ratio,omitempty"`
 	// Detail says in words what the figures of the release and scale
 	// phases are.
 	Detail string `json:"detail,omitempty"`
@@ -402,7 +410,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			entries = strconv.FormatUint(*res.RaftEntriesAdded, 10)
 		}
 		phase := res.Phase
-		if strings.HasPrefix(res.Phase, "tls-") {
+		if strings.HasPrefix(res.Phase, "tls-") || strings.HasPrefix(res.Phase, "http-") || res.Phase == PhaseMemory {
 			phase += " (" + res.Cluster + ")"
 		}
 		rows = append(rows, []string{
@@ -449,6 +457,10 @@ func (r *Report) missed() []string {
 			switch res.Phase {
 			case PhaseList:
 				name = fmt.Sprintf("list of %d volumes", res.Volumes)
+			case PhaseHTTPList:
+				name = fmt.Sprintf("http list of %d volumes on the %s", res.Volumes, res.Cluster)
+			case PhaseMemory:
+				name = fmt.Sprintf("memory of %d volumes restored", res.Volumes)
 			case PhaseRelease, PhaseReleaseGoroutines:
 				name = fmt.Sprintf("%s of %d claims", res.Phase, res.Volumes)
 			case PhaseReleaseAgentDown:

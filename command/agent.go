@@ -334,6 +334,7 @@ func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, f
 	cfg.NodeIntroTokens = a.Server.NodeIntroTokens
 	cfg.MaxGroupCount = a.Server.JobMaxGroupCount
 	applyACL(a, cfg)
+	cfg.EnableDebug = a.EnableDebug || dev
 	if l := a.Limits; l != nil {
 		cfg.RPCMaxConnsPerClient = connLimitSetting(l.RPCMaxConnsPerClient)
 		cfg.HTTPMaxConnsPerClient = connLimitSetting(l.HTTPMaxConnsPerClient)

@@ -30,6 +30,9 @@ type AgentConfig struct {
 	TLS      *TLSBlock     `hcl:"tls,block"`
 	Limits   *LimitsBlock  `hcl:"limits,block"`
 	ACL      *ACLBlock     `hcl:"acl,block"`
+	// EnableDebug turns on the profiling routes (GET /v1/agent/pprof/...)
+	// while ACLs are off, as Nomad's enable_debug (-dev turns it on).
+	EnableDebug bool `hcl:"enable_debug,optional"`
 }
 
 // PortsConfig are the agent's ports. Nil is unset (the default port);

@@ -114,11 +114,29 @@ Usage: volplane bench [options]
             -acl-rounds rounds. Target: the ACL cluster's ops/s >= %gx the
             other's, for registers and for lists, as the median over the
             rounds of the two clusters' ratio within a round.
+  http      Not run by default (-phases=all or -phases=http). Three server
+            agents started as processes of this binary on free ports,
+            driven over HTTP: at each of -list-sizes volumes,
+            -list-requests sequential GET /v1/volumes on the leader, on a
+            follower (a default read: answered there after a read-index
+            check with the leader), on the follower with ?stale, and on the
+            leader with Accept-Encoding: gzip, interleaved in -rounds
+            rounds; then -http-register-ops PUT /v1/volume/csi/:id to the
+            leader with 16 and 64 writers (a quarter of it with 1).
+            Targets: p50 <= 2ms listing 1,000 volumes on the leader and on
+            the follower; p50 <= 10ms listing 10,000 on the leader.
+  memory    Not run by default (-phases=all or -phases=memory). A one-server
+            cluster in this process registers -memory-volumes volumes; its
+            heap in use after a full GC is measured, a Raft snapshot taken,
+            the server restarted from its data dir (restoring the snapshot)
+            and measured again. Reports the heap and the RSS growth of each
+            and the heap per volume. Target: the restored heap <= %gx the
+            live one's.
 
   The phases run in the order register, list, claim, release, scale, tls,
-  acl: the claim phase leaves its volumes claimed, so it comes after the
-  list phase counts volumes; release, scale, tls and acl start clusters of
-  their own once the first three have shut theirs down.
+  acl, http, memory: the claim phase leaves its volumes claimed, so it
+  comes after the list phase counts volumes; the later phases start
+  clusters of their own once the first three have shut theirs down.
 
   Progress goes to stderr; the table (or, with -json, the JSON report) to
   stdout. The exit code is 0 even when a target is missed, unless -strict.
@@ -161,8 +179,14 @@ Options:
                      Lists on each cluster in the acl phase (default %d).
   -acl-rounds=N      Alternating ACLs off/on rounds per acl level
                      (default %d).
+  -http-register-ops=N
+                     Registers over HTTP at 16 and 64 writers in the http
+                     phase (default %d).
+  -memory-volumes=N  Volumes of the memory phase's server (default %d).
+  -binary=PATH       The volplane binary whose agents the http phase runs
+                     (default: this one).
   -phases=LIST       Comma-separated phases: register, claim, list, release,
-                     scale, tls, acl, or all (default %s).
+                     scale, tls, acl, http, memory, or all (default %s).
   -breakdown         Add a third side to the register rounds, raft+fsm:
                      raft.Apply of the leader-encoded register entries on
                      the volplane leader (state machine included, RPC layers
@@ -183,12 +207,13 @@ Options:
                      error).
 `, bench.TargetThroughputRatio, bench.TargetP99Ratio, bench.ClaimTargetThroughputRatio, bench.TargetP99Ratio,
 		bench.ReleaseTargetRate, bench.ReleaseTargetGoroutines, bench.ReleaseTargetBackoffCores, bench.ScaleTargetRatio,
-		bench.ACLTargetRatio,
+		bench.ACLTargetRatio, bench.MemoryTargetRatio,
 		d.Ops, d.SerialOps, d.Writers, d.Rounds,
 		joinInts(d.ListSizes), d.ListRequests, d.ListBatch,
 		d.ClaimOps, d.ClaimSerialOps, d.RefusedClaims,
 		d.ReleaseVolumes, d.ScaleVolumes, d.ScaleStuck, d.ScaleOps, d.ScaleClaimOps, d.ScaleRounds,
 		d.ACLOps, d.ACLListVolumes, d.ACLListRequests, d.ACLRounds,
+		d.HTTPRegisterOps, d.MemoryVolumes,
 		strings.Join(d.Phases, ",")))
 }
 
@@ -219,6 +244,9 @@ func (c *BenchCommand) Run(args []string) int {
 	f.IntVar(&cfg.ACLListVolumes, "acl-list-volumes", cfg.ACLListVolumes, "")
 	f.IntVar(&cfg.ACLListRequests, "acl-list-requests", cfg.ACLListRequests, "")
 	f.IntVar(&cfg.ACLRounds, "acl-rounds", cfg.ACLRounds, "")
+	f.IntVar(&cfg.HTTPRegisterOps, "http-register-ops", cfg.HTTPRegisterOps, "")
+	f.IntVar(&cfg.MemoryVolumes, "memory-volumes", cfg.MemoryVolumes, "")
+	f.StringVar(&cfg.Binary, "binary", "", "")
 	f.StringVar(&phases, "phases", strings.Join(cfg.Phases, ","), "")
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "")
 	f.StringVar(&cfg.Dir, "dir", "", "")
@@ -240,7 +268,7 @@ func (c *BenchCommand) Run(args []string) int {
 		"release-volumes": cfg.ReleaseVolumes, "scale-volumes": cfg.ScaleVolumes, "scale-stuck": cfg.ScaleStuck,
 		"scale-ops": cfg.ScaleOps, "scale-claim-ops": cfg.ScaleClaimOps, "scale-rounds": cfg.ScaleRounds,
 		"acl-ops": cfg.ACLOps, "acl-list-volumes": cfg.ACLListVolumes, "acl-list-requests": cfg.ACLListRequests,
-		"acl-rounds": cfg.ACLRounds,
+		"acl-rounds": cfg.ACLRounds, "http-register-ops": cfg.HTTPRegisterOps, "memory-volumes": cfg.MemoryVolumes,
 	} {
 		if n < 1 {
 			return c.UsageError(c, "-%s must be at least 1 (got %d)", name, n)

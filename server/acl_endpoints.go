@@ -115,6 +115,9 @@ var aclRules = map[string]aclRule{
 	"Status.Peers":       openRule(),
 	"Status.Join":        serverRule(),
 	"Status.HasNodeConn": serverRule(),
+	// A follower asks the leader's read index for itself, before it
+	// answers a read locally.
+	"Status.ReadIndex": serverRule(),
 
 	"Operator.RaftListPeers":   tokenRule(operatorNeed(levelRead)),
 	"Operator.RaftRemovePeer":  tokenRule(operatorNeed(levelWrite)),
@@ -237,6 +240,9 @@ var aclRules = map[string]aclRule{
 	// The web UI's files are public, as Nomad's; what it reads takes the
 	// token it sends.
 	"Agent.UI": openRule(),
+	// Profiling the agent (GET /v1/agent/pprof/...): agent write, as
+	// Nomad's Agent.Profile; with ACLs off, enable_debug (authorizeDebug).
+	"Agent.Pprof": tokenRule(aclNeed{area: areaAgent, level: levelWrite}),
 
 	// A task's logs: Nomad's read-logs in the allocation's namespace.
 	"FileSystem.Logs": tokenRule(nsNeed(acl.NamespaceCapabilityReadLogs)),
@@ -404,6 +410,12 @@ func (id *identity) has(n aclNeed, reqNs string) bool {
 // (yet: it may lag the leader) is left to the leader when the request goes
 // there; a stale read is answered here and decided here.
 func (s *Server) authorize(method string, info structs.RPCInfo, args any) error {
+	return s.authorizeWith(method, args, s.leaderDecides(info))
+}
+
+// authorizeWith is authorize, told whether a leader will check the request
+// again (then a token this server does not know yet is left to it).
+func (s *Server) authorizeWith(method string, args any, leaderDecides bool) error {
 	if !s.config.ACLEnabled {
 		return nil
 	}
@@ -416,7 +428,7 @@ func (s *Server) authorize(method string, info structs.RPCInfo, args any) error 
 	}
 	id, err := s.aclIdentity(args)
 	if err != nil {
-		if errors.Is(err, structs.ErrTokenNotFound) && s.leaderDecides(info) {
+		if errors.Is(err, structs.ErrTokenNotFound) && leaderDecides {
 			return nil
 		}
 		return s.denied(method, nil, err)
@@ -455,4 +467,19 @@ func nodeIDOf(id *identity) string {
 		return ""
 	}
 	return id.nodeID
+}
+
+// authorizeDebug decides whether a request may use the profiling routes,
+// as Nomad's Agent.Profile does: with ACLs on, a token with agent write
+// (the Agent.Pprof row); with ACLs off, only when the agent runs with
+// enable_debug.
+func (s *Server) authorizeDebug(token string) error {
+	if !s.config.ACLEnabled {
+		if !s.config.EnableDebug {
+			return s.denied("Agent.Pprof", nil, structs.ErrPermissionDenied)
+		}
+		return nil
+	}
+	req := &structs.GenericRequest{QueryOptions: structs.QueryOptions{AuthToken: token}}
+	return s.authorizeWith("Agent.Pprof", req, false)
 }

@@ -33,6 +33,8 @@ var routeFixture = map[string]struct{ query, body string }{
 	"Namespace.UpsertNamespaces": {body: `{"Name":"target"}`},
 	"CSIVolume.CreateSnapshot":   {body: `{"Snapshots":[{"SourceVolumeID":"x","PluginID":"p"}]}`},
 	"CSIVolume.DeleteSnapshot":   {query: "plugin_id=p&snapshot_id=s"},
+	// Profiles: one second, not the default thirty.
+	"Agent.Pprof": {query: "seconds=1"},
 	// Writes without a body.
 	"ACL.Bootstrap":         {},
 	"Keyring.Rotate":        {},

@@ -32,6 +32,7 @@ var rpcAccess = map[string]roleSet{
 	"Status.Peers":       serverOnly,
 	"Status.Join":        serverOnly,
 	"Status.HasNodeConn": serverOnly,
+	"Status.ReadIndex":   serverOnly,
 
 	"Operator.RaftListPeers":   serverOnly,
 	"Operator.RaftRemovePeer":  serverOnly,

@@ -224,17 +224,19 @@ func TestServer_ShutdownDoesNotWaitForForwardedBlockingQuery(t *testing.T) {
 	servers := TestCluster(t, 3, nil)
 	leader := WaitForLeader(t, servers...)
 	f := followers(servers, leader)[0]
-	var list structs.CSIVolumeListResponse
-	must.NoError(t, f.RPC("CSIVolume.List", &structs.CSIVolumeListRequest{}, &list))
+	// Node.List is forwarded (it shows the leader's heartbeats); volume
+	// lists are answered by the follower itself after a read index.
+	var list structs.NodeListResponse
+	must.NoError(t, f.RPC("Node.List", &structs.NodeListRequest{}, &list))
 
 	// Over the network, as a client's query arrives: the follower's
 	// handler waits on its forward to the leader.
 	client := rpc.NewPool(rpc.PoolConfig{Logger: hclog.NewNullLogger()})
 	t.Cleanup(func() { client.Close() })
 	go func() {
-		req := &structs.CSIVolumeListRequest{}
+		req := &structs.NodeListRequest{}
 		req.MinQueryIndex, req.MaxQueryTime = list.Index, 5*time.Minute
-		_ = client.RPC(f.RPCAddr(), "CSIVolume.List", req, &structs.CSIVolumeListResponse{})
+		_ = client.RPC(f.RPCAddr(), "Node.List", req, &structs.NodeListResponse{})
 	}()
 	// Shut down once the query is parked on the leader.
 	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {

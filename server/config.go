@@ -25,6 +25,10 @@ type Config struct {
 	DataDir string
 	// DevMode keeps Raft in memory and bootstraps a single server.
 	DevMode bool
+	// EnableDebug turns on the profiling routes (GET /v1/agent/pprof/...)
+	// while ACLs are off, as Nomad's enable_debug; with ACLs on they take a
+	// token with agent write instead.
+	EnableDebug bool
 
 	// RPCAddr is where the multiplexed RPC/Raft listener binds ("ip:port",
 	// port 0 picks a free one). RPCAdvertise is the address other servers

@@ -27,8 +27,13 @@ const (
 // handled=false when this server must serve it: a stale read, or this server
 // is the leader. While there is no leader it waits up to RPCHoldTimeout.
 // First it checks the request's ACL token (authorize): a refused request
-// is handled, with the refusal as its error.
+// is handled, with the refusal as its error. Default reads of the
+// localReads methods are served where they arrive, after a read-index
+// check with the leader (readLocally).
 func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (bool, error) {
+	if info.IsRead() && !info.AllowStaleRead() && localReads[method] {
+		return s.readLocally(method, info, args)
+	}
 	// Every server a request passes through checks its token.
 	if err := s.authorize(method, info, args); err != nil {
 		return true, err

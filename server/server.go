@@ -64,6 +64,8 @@ type Server struct {
 	leaderReady  bool
 	leaderDone   chan struct{}
 	leaderWG     sync.WaitGroup
+	// leaderCheck confirms leadership for followers' read-index requests.
+	leaderCheck leaderVerifier
 
 	members    *memberList
 	heartbeats *heartbeats
@@ -268,6 +270,8 @@ func (s *Server) setupHTTP() error {
 			WritesReady: s.config.HTTPWritesReady,
 			Agent:       s.agentInfo,
 			Authorize:   s.authorizeRoute,
+			// Profiling: agent write with ACLs, enable_debug without.
+			AuthorizeDebug: s.authorizeDebug,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Idle keep-alive connections count against the per-client limit.

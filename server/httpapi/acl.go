@@ -18,6 +18,13 @@ import (
 var routeEndpoints = map[string]string{
 	"GET /v1/volumes":                           "CSIVolume.List",
 	"GET /v1/client/fs/logs/{alloc}":            "FileSystem.Logs",
+	"GET /v1/agent/pprof/{$}":                   pprofEndpoint,
+	"GET /v1/agent/pprof/cmdline":               pprofEndpoint,
+	"GET /v1/agent/pprof/profile":               pprofEndpoint,
+	"GET /v1/agent/pprof/symbol":                pprofEndpoint,
+	"POST /v1/agent/pprof/symbol":               pprofEndpoint,
+	"GET /v1/agent/pprof/trace":                 pprofEndpoint,
+	"GET /v1/agent/pprof/{name}":                pprofEndpoint,
 	"GET /{$}":                                  "Agent.UI",
 	"GET /ui/":                                  "Agent.UI",
 	"PUT /v1/volumes/snapshot":                  "CSIVolume.CreateSnapshot",

@@ -82,6 +82,7 @@
 
 //	GET         /v1/client/fs/logs/:alloc?task=&type=[&follow=&origin=&offset=&plain=]  a task's stdout or stderr (see allocLogs)
 //	GET         /ui/                                          the web UI (see ui.go); / redirects there
+//	GET         /v1/agent/pprof/[cmdline|profile|symbol|trace|heap|goroutine|...]  profiles of this agent (see pprofRoutes)
 //
 // Reads take index, wait, stale, namespace, region, prefix, per_page and
 // next_token, and answer with X-Nomad-Index, X-Nomad-KnownLeader,
@@ -162,6 +163,14 @@ type Config struct {
 	// ACL row of a route that makes no RPC call (routeEndpoints names it),
 	// for a request in namespace ("" for the default).
 	Authorize func(endpoint, token, namespace string) error
+	// AuthorizeDebug decides whether a request with the given token may
+	// use the profiling routes (GET /v1/agent/pprof/...); nil answers
+	// them 404.
+	AuthorizeDebug func(token string) error
+
+	// StubCacheBytes bounds the cache of encoded volume stubs (see
+	// stubCache); 0 means DefaultStubCacheBytes.
+	StubCacheBytes int
 }
 
 // DefaultBodyTimeout is the body read bound when Config.BodyTimeout is 0.
@@ -197,9 +206,13 @@ type handler struct {
 	writesReady        <-chan struct{}
 	writesReadyTimeout time.Duration
 
-	eventFilter func(token string) (func(ev state.Event) (bool, error), error)
-	agent       func() AgentInfo
-	authorize   func(endpoint, token, namespace string) error
+	eventFilter    func(token string) (func(ev state.Event) (bool, error), error)
+	agent          func() AgentInfo
+	authorize      func(endpoint, token, namespace string) error
+	authorizeDebug func(token string) error
+	// stubs caches encoded volume stubs; gz the compressed large bodies.
+	stubs *stubCache
+	gz    gzipRecent
 	// patterns are the routes, as registered, for Routes.
 	patterns []string
 }
@@ -227,6 +240,8 @@ func NewHandler(cfg Config) http.Handler {
 		eventFilter:        cfg.EventFilter,
 		agent:              cfg.Agent,
 		authorize:          cfg.Authorize,
+		authorizeDebug:     cfg.AuthorizeDebug,
+		stubs:              newStubCache(cfg.StubCacheBytes),
 	}
 	if h.logger == nil {
 		h.logger = hclog.NewNullLogger()
@@ -335,6 +350,9 @@ func (h *handler) routes() {
 	} {
 		h.handle(pattern, fn)
 	}
+	for pattern, fn := range h.pprofRoutes() {
+		h.handle(pattern, fn)
+	}
 	slices.Sort(h.patterns)
 }
 
@@ -415,23 +433,49 @@ func orEmpty[T any](s []T) []T {
 	return s
 }
 
+// rawJSON is a body an endpoint encoded itself (from a cache), written as
+// it is.
+type rawJSON []byte
+
 // writeJSON encodes out fully before writing anything, so an encoding
 // failure still becomes a clean 500 instead of half a body. ?pretty indents,
-// as Nomad's does.
+// as Nomad's does. The body is compressed when the client accepts gzip and
+// it is large enough (writeBody).
 func (h *handler) writeJSON(w http.ResponseWriter, r *http.Request, out any) {
+	_, pretty := r.URL.Query()["pretty"]
+	if raw, ok := out.(rawJSON); ok {
+		if !pretty {
+			h.writeBody(w, r, raw)
+			putBuffer(raw)
+			return
+		}
+		defer putBuffer(raw)
+		out = json.RawMessage(raw)
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
-	if _, pretty := r.URL.Query()["pretty"]; pretty {
+	if pretty {
 		enc.SetIndent("", "    ")
 	}
 	if err := enc.Encode(out); err != nil {
 		h.writeError(w, r, structs.NewError(structs.ErrCodeInternal, "encoding response: %v", err))
 		return
 	}
+	h.writeBody(w, r, buf.Bytes())
+}
+
+// writeBody writes an encoded JSON body, gzipped when the client accepts
+// it and the body is large enough.
+func (h *handler) writeBody(w http.ResponseWriter, r *http.Request, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.Header().Add("Vary", "Accept-Encoding")
+	if len(body) >= gzipMinSize && acceptsGzip(r) {
+		body = h.gz.compress(body)
+		w.Header().Set("Content-Encoding", "gzip")
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(body)
 }
 
 // writeError answers with the status of err's code and its message as plain

@@ -38,7 +38,15 @@ func (h *handler) volumeList(w http.ResponseWriter, r *http.Request) (any, error
 		return nil, err
 	}
 	setMeta(w, &reply.QueryMeta)
-	return orEmpty(reply.Volumes), nil
+	scope := listScope{
+		complete:  args.Prefix == "" && args.PluginID == "" && args.NodeID == "" && args.PerPage == 0 && args.NextToken == "",
+		namespace: args.RequestNamespace(),
+	}
+	body, err := h.stubs.encode(reply.Volumes, scope)
+	if err != nil {
+		return nil, structs.NewError(structs.ErrCodeInternal, "encoding response: %v", err)
+	}
+	return rawJSON(body), nil
 }
 
 // volumeGet serves GET /v1/volume/csi/:id.
@@ -231,6 +239,7 @@ func (h *handler) volumeDeregister(w http.ResponseWriter, r *http.Request) (any,
 	if err := h.backend.RPC("CSIVolume.Deregister", &args, &reply); err != nil {
 		return nil, err
 	}
+	h.stubs.drop(args.RequestNamespace(), args.VolumeIDs[0])
 	setIndex(w, reply.Index)
 	return &VolumeDeregisterResponse{Warnings: reply.Warnings, Index: reply.Index}, nil
 }

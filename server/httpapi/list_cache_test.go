@@ -1,0 +1,157 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/shoenig/test/must"
+
+	"github.com/volplane/volplane/structs"
+)
+
+func testStubs(n int, ns string) []*structs.CSIVolListStub {
+	out := make([]*structs.CSIVolListStub, n)
+	for i := range out {
+		out[i] = &structs.CSIVolListStub{
+			ID: fmt.Sprintf("vol-%04d", i), Namespace: ns, Name: fmt.Sprintf("<vol %d>", i),
+			ExternalID: "ext", PluginID: "plug", Provider: "p", Schedulable: true,
+			Topologies:  []*structs.CSITopology{{Segments: map[string]string{"zone": "a"}}},
+			CreateIndex: uint64(10 + i), ModifyIndex: uint64(10 + i), NodesHealthy: 1, NodesExpected: 1,
+		}
+	}
+	return out
+}
+
+func encodeStd(t *testing.T, v any) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	must.NoError(t, json.NewEncoder(&buf).Encode(v))
+	return buf.Bytes()
+}
+
+// The cached encoding is byte for byte what encoding/json writes, on a
+// miss, on a hit, and after a change of a derived field (plugin health)
+// that leaves the modify index as it was.
+func TestStubCache_SameBytesAsEncodingJSON(t *testing.T) {
+	c := newStubCache(0)
+	stubs := testStubs(50, "default")
+	all := listScope{complete: true, namespace: "*"}
+	for range 2 {
+		got, err := c.encode(stubs, all)
+		must.NoError(t, err)
+		must.Eq(t, string(encodeStd(t, stubs)), string(got))
+	}
+	n, _ := c.size()
+	must.Eq(t, 50, n)
+
+	stubs[3].NodesHealthy = 0
+	stubs[3].Schedulable = false
+	stubs[3].UnschedulableReason = "no healthy node plugin"
+	got, err := c.encode(stubs, all)
+	must.NoError(t, err)
+	must.Eq(t, string(encodeStd(t, stubs)), string(got))
+
+	empty, err := c.encode(nil, all)
+	must.NoError(t, err)
+	must.Eq(t, "[]\n", string(empty))
+}
+
+// Entries of deleted volumes go: by the drop of a deregister, and by the
+// next complete list of their namespace; a partial list sweeps nothing.
+func TestStubCache_DeletedVolumesDropped(t *testing.T) {
+	c := newStubCache(0)
+	a := testStubs(10, "a")
+	b := testStubs(5, "b")
+	_, err := c.encode(append(append([]*structs.CSIVolListStub{}, a...), b...), listScope{complete: true, namespace: "*"})
+	must.NoError(t, err)
+	n, _ := c.size()
+	must.Eq(t, 15, n)
+
+	c.drop("a", a[0].ID)
+	n, _ = c.size()
+	must.Eq(t, 14, n)
+
+	// A prefix list of namespace a holding two volumes sweeps nothing.
+	_, err = c.encode(a[1:3], listScope{namespace: "a"})
+	must.NoError(t, err)
+	n, _ = c.size()
+	must.Eq(t, 14, n)
+
+	// A complete list of namespace a without a[1] and a[2] drops them and
+	// leaves namespace b alone.
+	_, err = c.encode(a[3:], listScope{complete: true, namespace: "a"})
+	must.NoError(t, err)
+	n, _ = c.size()
+	must.Eq(t, 12, n)
+
+	// A complete list of every namespace drops what it does not hold.
+	_, err = c.encode(b[:1], listScope{complete: true, namespace: "*"})
+	must.NoError(t, err)
+	n, _ = c.size()
+	must.Eq(t, 1, n)
+}
+
+// The cache stays within its bound, and its answers stay right.
+func TestStubCache_Bounded(t *testing.T) {
+	stubs := testStubs(200, "default")
+	one, err := json.Marshal(stubs[0])
+	must.NoError(t, err)
+	limit := 20 * (len(one) + len(stubs[0].ID) + stubEntryOverhead)
+	c := newStubCache(limit)
+	for range 3 {
+		got, err := c.encode(stubs, listScope{complete: true, namespace: "*"})
+		must.NoError(t, err)
+		must.Eq(t, string(encodeStd(t, stubs)), string(got))
+		n, bytes := c.size()
+		must.LessEq(t, limit, bytes)
+		must.LessEq(t, 20, n)
+		must.Positive(t, n)
+	}
+}
+
+// A list is gzipped when the client accepts it, and decompresses to the
+// plain answer; without Accept-Encoding it is plain.
+func TestVolumeList_Gzip(t *testing.T) {
+	be, h := newTestHandler(t)
+	for i := range 40 {
+		v := be.volumes[volKey(structs.DefaultNamespace, "vol1")].Copy()
+		v.ID = fmt.Sprintf("bulk-%02d", i)
+		be.volumes[volKey(structs.DefaultNamespace, v.ID)] = v
+	}
+	plain := do(t, h, http.MethodGet, "/v1/volumes", "")
+	must.Eq(t, "", plain.Header().Get("Content-Encoding"))
+	must.Greater(t, gzipMinSize, plain.Body.Len())
+
+	for range 2 {
+		zipped := do(t, h, http.MethodGet, "/v1/volumes", "", "Accept-Encoding", "deflate, gzip;q=0.9")
+		must.Eq(t, "gzip", zipped.Header().Get("Content-Encoding"))
+		must.Eq(t, fmt.Sprint(zipped.Body.Len()), zipped.Header().Get("Content-Length"))
+		zr, err := gzip.NewReader(zipped.Body)
+		must.NoError(t, err)
+		got, err := io.ReadAll(zr)
+		must.NoError(t, err)
+		must.Eq(t, plain.Body.String(), string(got))
+	}
+	refused := do(t, h, http.MethodGet, "/v1/volumes", "", "Accept-Encoding", "gzip;q=0")
+	must.Eq(t, "", refused.Header().Get("Content-Encoding"))
+
+	// ?pretty still indents the cached encoding.
+	pretty := do(t, h, http.MethodGet, "/v1/volumes?pretty", "")
+	must.StrContains(t, pretty.Body.String(), "\n    {\n")
+}
+
+// Large identical bodies are compressed once.
+func TestGzipRecent_ReusesIdenticalBody(t *testing.T) {
+	var g gzipRecent
+	body := bytes.Repeat([]byte(`{"ID":"x"},`), gzipCachedMin/10+1)
+	first := g.compress(body)
+	again := g.compress(bytes.Clone(body))
+	must.True(t, &first[0] == &again[0], must.Sprint("the identical body reuses the compressed one"))
+	other := g.compress(append(bytes.Clone(body), 'y'))
+	must.True(t, &first[0] != &other[0], must.Sprint("a different body is compressed anew"))
+}
