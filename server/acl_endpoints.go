@@ -238,9 +238,9 @@ func volumeNamespaces(args any) []aclNeed {
 	return out
 }
 
-// jobNeeds: registering a job takes submit-job in its namespace, and, for
-// a job that mounts CSI volumes, csi-mount-volume there and plugin read,
-// as in Nomad.
+// jobNeeds: registering a job takes submit-job in its namespace, for a
+// job that runs a CSI plugin csi-register-plugin there, and, for a job that
+// mounts CSI volumes, csi-mount-volume there and plugin read, as in Nomad.
 func jobNeeds(args any) []aclNeed {
 	r, ok := args.(*structs.JobRegisterRequest)
 	if !ok {
@@ -253,6 +253,11 @@ func jobNeeds(args any) []aclNeed {
 	out := []aclNeed{{area: areaNamespace, caps: []string{acl.NamespaceCapabilitySubmitJob}, ns: jobNs}}
 	if r.Job == nil {
 		return out
+	}
+	if r.Job.IsPlugin() {
+		// A job that runs a CSI plugin takes csi-register-plugin, as in
+		// Nomad.
+		out = append(out, aclNeed{area: areaNamespace, caps: []string{acl.NamespaceCapabilityCSIRegisterPlugin}, ns: jobNs})
 	}
 	for _, tg := range r.Job.TaskGroups {
 		if tg == nil {
