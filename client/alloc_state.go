@@ -106,6 +106,18 @@ type taskRecord struct {
 	// Failed and Description judge the end.
 	Failed      bool   `json:",omitempty"`
 	Description string `json:",omitempty"`
+	// FailReason, when set, is why the client killed the task as failed
+	// (a plugin that missed its health timeout); its end is a failure
+	// whatever its exit.
+	FailReason string `json:",omitempty"`
+	// Restarts counts the client's restarts of the task; RestartTimes are
+	// the recent ones (for the restart policy), RestartAt when a pending
+	// restart is due (Unix nanoseconds).
+	Restarts     uint64  `json:",omitempty"`
+	RestartTimes []int64 `json:",omitempty"`
+	RestartAt    int64   `json:",omitempty"`
+	// Events are the task's last events (structs.MaxTaskEvents).
+	Events []*structs.TaskEvent `json:",omitempty"`
 }
 
 // Task states.

@@ -33,6 +33,7 @@ const (
 	DefaultClaimBackoffMax     = 30 * time.Second
 	DefaultTaskKillTimeout     = 5 * time.Second
 	DefaultTaskPollInterval    = 250 * time.Millisecond
+	DefaultTaskRestartDelay    = 15 * time.Second
 	DefaultFinishedAllocsKept  = 50
 )
 
@@ -97,6 +98,10 @@ type Config struct {
 	// TaskPollInterval is how often the processes of running tasks are
 	// checked for their exit.
 	TaskPollInterval time.Duration
+	// TaskRestartDelay is the pause before the first restart of a plugin
+	// task that died (Nomad's restart delay); it doubles with each restart
+	// within the restart policy's interval.
+	TaskRestartDelay time.Duration
 	// FinishedAllocsKept is how many finished allocations (whose volumes
 	// were released) the client keeps, with their task logs, the newest
 	// first; it forgets the others, and any the servers no longer list.
@@ -143,6 +148,7 @@ func (c *Config) normalize() error {
 	c.ClaimBackoffMax = max(c.ClaimBackoffMax, c.ClaimBackoffMin)
 	orDefault(&c.TaskKillTimeout, DefaultTaskKillTimeout)
 	orDefault(&c.TaskPollInterval, DefaultTaskPollInterval)
+	orDefault(&c.TaskRestartDelay, DefaultTaskRestartDelay)
 	orDefault(&c.FinishedAllocsKept, DefaultFinishedAllocsKept)
 	orDefault(&c.serverRetryMax, retryMax)
 	orDefault(&c.orphanSweepMin, orphanSweepRetryMin)

@@ -47,7 +47,7 @@ func newCSIHarness(t *testing.T) *csiHarness {
 func (h *csiHarness) waitHealthy(t *testing.T, healthy bool) {
 	t.Helper()
 	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
-		_, n := h.c.plugins.instances["dev"].report()
+		_, n := h.c.plugins.instances[staticKey("dev")].report()
 		if n == nil || n.Healthy != healthy {
 			return false, fmt.Errorf("plugin instance is %+v", n)
 		}
@@ -201,7 +201,7 @@ func TestClientCSI_NodeDetach(t *testing.T) {
 
 	// Do what the allocation runner will do: stage once, publish for two
 	// allocations, and record both uses.
-	plugin := h.c.plugins.instances["dev"].calls
+	plugin := h.c.plugins.instances[staticKey("dev")].calls
 	paths := h.c.Paths()
 	mode := UsageMode(caps[0].AccessMode, caps[0].AttachmentMode, false)
 	staging := paths.StagingPath("dev", "", "shared", mode)

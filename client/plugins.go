@@ -3,8 +3,11 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,14 +28,30 @@ func newCSIFingerprinter(p PluginConfig, logger hclog.Logger) (fingerprinter, er
 	return csi.NewClient(p.Endpoint, logger)
 }
 
-// pluginInstance is one configured plugin on this node.
+// healthChange is told when an instance's reported health changes:
+// healthy, or unhealthy with the reason.
+type healthChange func(healthy bool, reason string)
+
+// pluginInstance is one plugin instance on this node: a static one from
+// the agent's -csi-plugin flags, or one a plugin task runs (see
+// plugin_supervisor.go).
 type pluginInstance struct {
+	// key names the instance in the registry: "static:<id>" or the
+	// allocation and task that run it.
+	key    string
 	cfg    PluginConfig
 	socket string
 	fp     fingerprinter
 	// calls is the CSI client the ClientCSI endpoint drives; nil when fp is
 	// a test fake.
 	calls *csi.Client
+	// onHealth, when set, is told of every change of reported health.
+	onHealth healthChange
+
+	// cancel ends the instance's fingerprint loop; done is closed when it
+	// returned.
+	cancel context.CancelFunc
+	done   chan struct{}
 
 	mu     sync.Mutex
 	health *pluginHealth
@@ -45,74 +64,192 @@ func (p *pluginInstance) report() (controller, node *structs.CSIInfo) {
 	return p.health.report()
 }
 
-// pluginManager fingerprints every configured plugin on its own goroutine,
-// every interval, and keeps what the node reports about them.
+// pluginManager is the node's dynamic registry of plugin instances: the
+// static ones are registered as the agent starts, the plugin tasks'
+// instances while their tasks run. Each instance is fingerprinted on its
+// own goroutine, every interval; the manager keeps what the node reports
+// about them and tells the heartbeat when it changed.
 type pluginManager struct {
-	logger   hclog.Logger
-	interval time.Duration
-	// instances is fixed once the manager is built.
-	instances map[string]*pluginInstance
-	// changed is called (from a fingerprint goroutine) whenever what the
-	// node reports about a plugin changed.
+	logger    hclog.Logger
+	interval  time.Duration
+	threshold int
+	goneTTL   time.Duration
+	newFP     func(PluginConfig, hclog.Logger) (fingerprinter, error)
+	// changed is called (from a fingerprint goroutine, or a registration)
+	// whenever what the node reports about a plugin changed.
 	changed func()
 	// observed is Config.onFingerprint.
 	observed func(pluginID string, failures int, healthy bool)
+
+	// ctx and goFunc are set by run: instances registered later are
+	// fingerprinted under them.
+	ctx    context.Context
+	goFunc func(func()) bool
+	static []PluginConfig
+
+	mu        sync.Mutex
+	instances map[string]*pluginInstance
 
 	firstRound chan struct{}
 	pending    sync.WaitGroup
 }
 
+// staticKey is the registry key of a plugin from the agent's flags.
+func staticKey(id string) string { return "static:" + id }
+
 func newPluginManager(cfg *Config, logger hclog.Logger, changed func()) (*pluginManager, error) {
 	m := &pluginManager{
 		logger:     logger.Named("csi-plugins"),
 		interval:   cfg.FingerprintInterval,
+		threshold:  cfg.UnhealthyThreshold,
+		goneTTL:    cfg.PluginGoneTTL,
 		instances:  map[string]*pluginInstance{},
 		changed:    changed,
 		observed:   cfg.onFingerprint,
+		newFP:      cfg.newFingerprinter,
+		static:     cfg.Plugins,
 		firstRound: make(chan struct{}),
 	}
-	newFP := cfg.newFingerprinter
-	if newFP == nil {
-		newFP = newCSIFingerprinter
+	if m.newFP == nil {
+		m.newFP = newCSIFingerprinter
 	}
 	for _, p := range cfg.Plugins {
-		socket, err := endpointPath(p.Endpoint)
+		inst, err := m.newInstance(staticKey(p.ID), p, nil)
 		if err != nil {
 			m.close()
 			return nil, err
 		}
-		fp, err := newFP(p, m.logger.With("plugin_id", p.ID))
-		if err != nil {
-			m.close()
-			return nil, err
-		}
-		inst := &pluginInstance{
-			cfg:    p,
-			socket: socket,
-			fp:     fp,
-			health: newPluginHealth(p.ID, p.Type, cfg.UnhealthyThreshold, cfg.PluginGoneTTL),
-		}
-		inst.calls, _ = fp.(*csi.Client)
-		m.instances[p.ID] = inst
+		m.instances[inst.key] = inst
 	}
 	return m, nil
 }
 
-// run starts one fingerprint loop per instance; each returns when ctx is
-// done. goFunc runs a goroutine its owner waits for.
+func (m *pluginManager) newInstance(key string, p PluginConfig, onHealth healthChange) (*pluginInstance, error) {
+	socket, err := endpointPath(p.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	fp, err := m.newFP(p, m.logger.With("plugin_id", p.ID))
+	if err != nil {
+		return nil, err
+	}
+	inst := &pluginInstance{
+		key: key, cfg: p, socket: socket, fp: fp, onHealth: onHealth,
+		health: newPluginHealth(p.ID, p.Type, m.threshold, m.goneTTL),
+		done:   make(chan struct{}),
+	}
+	inst.calls, _ = fp.(*csi.Client)
+	return inst, nil
+}
+
+// run starts one fingerprint loop per static instance; each returns when
+// ctx is done. goFunc runs a goroutine its owner waits for. firstRound is
+// closed once every static instance answered (or failed) a first time.
 func (m *pluginManager) run(ctx context.Context, goFunc func(func()) bool) {
-	m.pending.Add(len(m.instances))
+	m.mu.Lock()
+	m.ctx, m.goFunc = ctx, goFunc
+	insts := slices.Collect(maps.Values(m.instances))
+	m.mu.Unlock()
+	m.pending.Add(len(insts))
 	goFunc(func() {
 		m.pending.Wait()
 		close(m.firstRound)
 	})
-	for _, inst := range m.instances {
-		goFunc(func() { m.loop(ctx, inst) })
+	for _, inst := range insts {
+		m.start(inst, true)
 	}
 }
 
-func (m *pluginManager) loop(ctx context.Context, inst *pluginInstance) {
-	first := true
+// start runs inst's fingerprint loop under the manager's context.
+func (m *pluginManager) start(inst *pluginInstance, first bool) {
+	ctx, cancel := context.WithCancel(m.ctx)
+	inst.cancel = cancel
+	if !m.goFunc(func() { m.loop(ctx, inst, first) }) {
+		// Shutting down: nothing runs any more.
+		cancel()
+		if first {
+			m.pending.Done()
+		}
+		close(inst.done)
+	}
+}
+
+// register adds a plugin task's instance to the registry and starts
+// fingerprinting it; onHealth is told of every change of its health. A
+// key registered already is an error.
+func (m *pluginManager) register(key string, p PluginConfig, onHealth healthChange) error {
+	if err := p.validate(); err != nil {
+		return fmt.Errorf("csi plugin %q: %w", p.ID, err)
+	}
+	inst, err := m.newInstance(key, p, onHealth)
+	if err != nil {
+		return fmt.Errorf("csi plugin %q: %w", p.ID, err)
+	}
+	m.mu.Lock()
+	if m.ctx == nil || m.ctx.Err() != nil {
+		m.mu.Unlock()
+		_ = inst.fp.Close()
+		return errors.New("the client is shutting down")
+	}
+	if _, dup := m.instances[key]; dup {
+		m.mu.Unlock()
+		_ = inst.fp.Close()
+		return fmt.Errorf("csi plugin instance %s is registered already", key)
+	}
+	m.instances[key] = inst
+	// Started under the lock, so that a deregister finds it started.
+	m.start(inst, false)
+	m.mu.Unlock()
+	m.logger.Info("plugin instance registered", "plugin_id", p.ID, "type", p.Type, "instance", key, "socket", inst.socket)
+	return nil
+}
+
+// deregister removes an instance from the registry: its fingerprint loop
+// ends, its CSI client is closed, and the node stops reporting it. Unknown
+// keys are ignored.
+func (m *pluginManager) deregister(key string) {
+	m.mu.Lock()
+	inst := m.instances[key]
+	delete(m.instances, key)
+	m.mu.Unlock()
+	if inst == nil {
+		return
+	}
+	inst.cancel()
+	<-inst.done
+	if err := inst.fp.Close(); err != nil {
+		m.logger.Debug("closing csi client", "plugin_id", inst.cfg.ID, "error", err)
+	}
+	m.logger.Info("plugin instance deregistered", "plugin_id", inst.cfg.ID, "instance", key)
+	m.changed()
+}
+
+// markUnhealthy reports an instance unhealthy at once, for a reason its
+// supervisor knows before a fingerprint could (its task ended). The next
+// good fingerprint makes it healthy again.
+func (m *pluginManager) markUnhealthy(key, reason string) {
+	m.mu.Lock()
+	inst := m.instances[key]
+	m.mu.Unlock()
+	if inst == nil {
+		return
+	}
+	inst.mu.Lock()
+	beforeC, beforeN := inst.health.report()
+	wasHealthy := inst.health.isHealthy()
+	inst.health.markDown(reason)
+	afterC, afterN := inst.health.report()
+	inst.mu.Unlock()
+	if wasHealthy && inst.onHealth != nil {
+		inst.onHealth(false, reason)
+	}
+	if !afterC.Equal(beforeC) || !afterN.Equal(beforeN) {
+		m.changed()
+	}
+}
+
+func (m *pluginManager) loop(ctx context.Context, inst *pluginInstance, first bool) {
+	defer close(inst.done)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -173,6 +310,9 @@ func (m *pluginManager) fingerprint(ctx context.Context, inst *pluginInstance) {
 		} else if afterC != nil || afterN != nil {
 			log.Warn("plugin is unhealthy", "reason", reason)
 		}
+		if inst.onHealth != nil {
+			inst.onHealth(nowHealthy, reason)
+		}
 	}
 	if (beforeC != nil || beforeN != nil) && afterC == nil && afterN == nil {
 		log.Warn("plugin socket is gone; removing the plugin from the node", "socket", inst.socket)
@@ -182,16 +322,32 @@ func (m *pluginManager) fingerprint(ctx context.Context, inst *pluginInstance) {
 	}
 }
 
+// sorted returns the registered instances in key order, so that what the
+// node reports does not depend on map order.
+func (m *pluginManager) sorted() []*pluginInstance {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*pluginInstance, 0, len(m.instances))
+	for _, k := range slices.Sorted(maps.Keys(m.instances)) {
+		out = append(out, m.instances[k])
+	}
+	return out
+}
+
 // fingerprints returns what the node reports: controller and node
-// fingerprints by plugin ID (empty maps, never nil).
+// fingerprints by plugin ID (empty maps, never nil). Where several
+// instances of a plugin run one side (a node plugin task and a controller
+// task of the same plugin share the node's node side only if both run it),
+// a healthy one is reported.
 func (m *pluginManager) fingerprints() (controllers, nodes map[string]*structs.CSIInfo) {
 	controllers, nodes = map[string]*structs.CSIInfo{}, map[string]*structs.CSIInfo{}
-	for id, inst := range m.instances {
+	for _, inst := range m.sorted() {
 		c, n := inst.report()
-		if c != nil {
+		id := inst.cfg.ID
+		if c != nil && (controllers[id] == nil || (!controllers[id].Healthy && c.Healthy)) {
 			controllers[id] = c
 		}
-		if n != nil {
+		if n != nil && (nodes[id] == nil || (!nodes[id].Healthy && n.Healthy)) {
 			nodes[id] = n
 		}
 	}
@@ -204,15 +360,38 @@ func errPluginUnavailable(format string, args ...any) error {
 	return structs.NewError(structs.ErrCodeRetryable, format, args...)
 }
 
+// pick returns the instance of the plugin whose side (controller or node)
+// side picks, preferring a healthy one, with that side's fingerprint; nil
+// when no instance runs the side.
+func (m *pluginManager) pick(pluginID string, side func(c, n *structs.CSIInfo) *structs.CSIInfo) (*pluginInstance, *structs.CSIInfo, bool) {
+	var (
+		found *pluginInstance
+		info  *structs.CSIInfo
+		known bool
+	)
+	for _, inst := range m.sorted() {
+		if inst.cfg.ID != pluginID {
+			continue
+		}
+		known = true
+		i := side(inst.report())
+		if i != nil && (info == nil || (!info.Healthy && i.Healthy)) {
+			found, info = inst, i
+		}
+	}
+	return found, info, known
+}
+
+func controllerSide(c, _ *structs.CSIInfo) *structs.CSIInfo { return c }
+func nodeSide(_, n *structs.CSIInfo) *structs.CSIInfo       { return n }
+
 // controller returns the CSI client of a healthy controller instance of the
 // plugin.
 func (m *pluginManager) controller(pluginID string) (*csi.Client, error) {
-	inst, ok := m.instances[pluginID]
-	if !ok {
-		return nil, errPluginUnavailable("csi plugin %q does not run on this node", pluginID)
-	}
-	c, _ := inst.report()
+	inst, c, known := m.pick(pluginID, controllerSide)
 	switch {
+	case !known:
+		return nil, errPluginUnavailable("csi plugin %q does not run on this node", pluginID)
 	case c == nil:
 		return nil, errPluginUnavailable("csi plugin %q runs no controller on this node", pluginID)
 	case !c.Healthy:
@@ -226,11 +405,7 @@ func (m *pluginManager) controller(pluginID string) (*csi.Client, error) {
 // controllerInfo returns what the plugin's controller here can do, nil
 // when it runs none.
 func (m *pluginManager) controllerInfo(pluginID string) *structs.CSIControllerInfo {
-	inst, ok := m.instances[pluginID]
-	if !ok {
-		return nil
-	}
-	c, _ := inst.report()
+	_, c, _ := m.pick(pluginID, controllerSide)
 	if c == nil {
 		return nil
 	}
@@ -240,12 +415,10 @@ func (m *pluginManager) controllerInfo(pluginID string) *structs.CSIControllerIn
 // node returns the CSI client and node fingerprint of a healthy node
 // instance of the plugin.
 func (m *pluginManager) node(pluginID string) (*csi.Client, *structs.CSIInfo, error) {
-	inst, ok := m.instances[pluginID]
-	if !ok {
-		return nil, nil, errPluginUnavailable("csi plugin %q does not run on this node", pluginID)
-	}
-	_, n := inst.report()
+	inst, n, known := m.pick(pluginID, nodeSide)
 	switch {
+	case !known:
+		return nil, nil, errPluginUnavailable("csi plugin %q does not run on this node", pluginID)
 	case n == nil:
 		return nil, nil, errPluginUnavailable("csi plugin %q runs no node service on this node", pluginID)
 	case !n.Healthy:
@@ -256,9 +429,13 @@ func (m *pluginManager) node(pluginID string) (*csi.Client, *structs.CSIInfo, er
 	return inst.calls, n, nil
 }
 
-// close closes every CSI client.
+// close closes every CSI client. The fingerprint loops have ended (their
+// context is the client's, cancelled before).
 func (m *pluginManager) close() {
-	for _, inst := range m.instances {
+	m.mu.Lock()
+	insts := slices.Collect(maps.Values(m.instances))
+	m.mu.Unlock()
+	for _, inst := range insts {
 		if err := inst.fp.Close(); err != nil {
 			m.logger.Debug("closing csi client", "plugin_id", inst.cfg.ID, "error", err)
 		}

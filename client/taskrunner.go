@@ -254,6 +254,8 @@ func readPIDFile(paths taskPaths) (processID, bool) {
 func judgeExit(t *taskRecord, exit *taskExit) {
 	t.State, t.Exit = taskDead, exit
 	switch {
+	case t.FailReason != "":
+		t.Failed, t.Description = true, fmt.Sprintf("task %s: %s", t.Name, t.FailReason)
 	case exit != nil && exit.StartError != "":
 		t.Failed, t.Description = true, fmt.Sprintf("task %s: %s", t.Name, exit.StartError)
 	case t.Stopping && exit == nil:
