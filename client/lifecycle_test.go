@@ -289,12 +289,15 @@ func TestLifecycle_CapabilitiesOff(t *testing.T) {
 	after, err := devplugin.ReadCallLog(e.stateDir)
 	must.NoError(t, err)
 	var extra []string
+	// The client's fingerprints (every 50ms here) reach the plugin too.
+	fingerprint := map[string]bool{"GetPluginInfo": true, "GetPluginCapabilities": true, "Probe": true,
+		"ControllerGetCapabilities": true, "NodeGetCapabilities": true, "NodeGetInfo": true}
 	for _, c := range after[len(before):] {
-		if c.Method != "ValidateVolumeCapabilities" {
+		if c.Method != "ValidateVolumeCapabilities" && !fingerprint[c.Method] {
 			extra = append(extra, c.Method)
 		}
 	}
-	must.SliceEmpty(t, extra, must.Sprint("nothing reached the plugin but validations"))
+	must.SliceEmpty(t, extra, must.Sprint("nothing reached the plugin but validations", extra))
 }
 
 // TestLifecycle_ListExternalPages: the provider's volumes come a page at a

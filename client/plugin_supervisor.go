@@ -1,6 +1,8 @@
 package client
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -29,6 +31,11 @@ import (
 //     restarted with backoff (see pluginRestartPolicy); once it is dead for
 //     good, its instance is deregistered and the node's next heartbeat
 //     drops it from the plugin.
+//
+// The socket directory is <data dir>/csi/plugins/<alloc>/<task>/, unless
+// the socket's path there would be longer than the 107 bytes a unix socket
+// path may have; it is then <tmp>/volplane-csi-<hash of that path>/, owned
+// by the agent's user and writable by it alone.
 //
 // Paths. Tasks are exec tasks: they see the host's file system, so there
 // is nothing to map and every path the client hands a plugin is a host
@@ -73,9 +80,17 @@ type pluginTask struct {
 	healthy bool
 }
 
-// pluginDir is a plugin task's socket directory.
+// pluginDir is a plugin task's socket directory: under the data dir, or,
+// when a socket there would have a longer path than a unix socket may, a
+// directory named after it in the system's temporary directory (made
+// private to the agent by preparePluginTask).
 func (c *Client) pluginDir(allocID, task string) string {
-	return filepath.Join(c.config.DataDir, csiDir, "plugins", segment(allocID), segment(task))
+	dir := filepath.Join(c.config.DataDir, csiDir, "plugins", segment(allocID), segment(task))
+	if len(filepath.Join(dir, pluginSocketName)) <= maxSocketPath {
+		return dir
+	}
+	sum := sha256.Sum256([]byte(dir))
+	return filepath.Join(os.TempDir(), "volplane-csi-"+hex.EncodeToString(sum[:8]))
 }
 
 // pluginTaskFor returns the supervisor's record of a plugin task, nil for
@@ -109,8 +124,18 @@ func preparePluginTask(p *pluginTask) (string, error) {
 		return "", fmt.Errorf("csi plugin %q: its socket path %s is %d bytes, over the %d a unix socket may have; use a shorter client data dir",
 			p.cfg.ID, p.socket, len(p.socket), maxSocketPath)
 	}
-	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+	if err := os.MkdirAll(p.dir, 0o700); err != nil {
 		return "", fmt.Errorf("csi plugin %q: creating its socket directory: %w", p.cfg.ID, err)
+	}
+	// A directory in a shared temporary directory could have been made
+	// by someone else, to catch the plugin's calls: it must be ours.
+	fi, err := os.Lstat(p.dir)
+	if err != nil {
+		return "", fmt.Errorf("csi plugin %q: %w", p.cfg.ID, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() || fi.Mode().Perm()&0o022 != 0 {
+		return "", fmt.Errorf("csi plugin %q: its socket directory %s is not a directory owned by and writable only by the agent's user", p.cfg.ID, p.dir)
 	}
 	if err := os.Remove(p.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("csi plugin %q: removing an old socket: %w", p.cfg.ID, err)
@@ -262,7 +287,8 @@ func (r *allocRunner) pluginTaskEnded(task *structs.Task, t taskRecord) bool {
 	return false
 }
 
-// deregisterPlugin removes a plugin task's instance from the node.
+// deregisterPlugin removes a plugin task's instance from the node, once
+// the task is dead for good.
 func (r *allocRunner) deregisterPlugin(p *pluginTask) {
 	p.mu.Lock()
 	registered := p.registered
@@ -270,6 +296,10 @@ func (r *allocRunner) deregisterPlugin(p *pluginTask) {
 	p.mu.Unlock()
 	if registered {
 		r.m.c.plugins.deregister(p.key)
+	}
+	// The task is dead for good: its socket directory goes too.
+	if err := os.RemoveAll(p.dir); err != nil {
+		r.logger.Warn("removing a plugin task's socket directory", "dir", p.dir, "error", err)
 	}
 }
 
