@@ -246,7 +246,7 @@ func (r *allocRunner) retry(ctx context.Context, alias string, op func() error, 
 // unstages a volume this allocation is about to use.
 func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.VolumeRequest, vol *structs.CSIVolume) error {
 	v := r.volume(alias, req)
-	plugin, _, err := r.m.c.plugins.node(v.PluginID)
+	plugin, _, err := r.m.c.plugins.Node(v.PluginID)
 	if err != nil {
 		return err
 	}

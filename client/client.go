@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/volplane/volplane/client/csimanager"
 	"github.com/volplane/volplane/clientrpc"
 )
 
@@ -20,7 +21,7 @@ type Client struct {
 	paths  CSIPaths
 	usage  *UsageRegistry
 
-	plugins   *pluginManager
+	plugins   *csimanager.Manager
 	rpcServer *netrpc.Server
 	// calls gives the calls servers make on this client their contexts,
 	// which end when the server stops waiting.
@@ -87,16 +88,20 @@ func NewClient(cfg *Config) (*Client, error) {
 		cancel()
 		return nil, err
 	}
-	if cl.plugins, err = newPluginManager(cfg, cl.logger, cl.triggerHeartbeat); err != nil {
+	cl.plugins, err = csimanager.New(csimanager.Config{
+		Plugins: cfg.Plugins, Interval: cfg.FingerprintInterval, Threshold: cfg.UnhealthyThreshold,
+		GoneTTL: cfg.PluginGoneTTL, NewFingerprinter: cfg.newFingerprinter, Observed: cfg.onFingerprint,
+	}, cl.logger, cl.triggerHeartbeat)
+	if err != nil {
 		cancel()
 		return nil, err
 	}
 	if cl.allocs, err = newAllocManager(cl); err != nil {
-		cl.plugins.close()
+		cl.plugins.Close()
 		cancel()
 		return nil, err
 	}
-	cl.plugins.run(ctx, cl.goFunc)
+	cl.plugins.Run(ctx, cl.goFunc)
 	cl.goFunc(cl.heartbeatLoop)
 	cl.allocs.start()
 	cl.logger.Info("client started", "node_id", id.NodeID, "name", cfg.NodeName,
@@ -158,7 +163,7 @@ func (c *Client) Shutdown() error {
 		c.wg.Wait()
 		// A heartbeat may have opened a session after the first close.
 		c.closeConn()
-		c.plugins.close()
+		c.plugins.Close()
 		c.allocs.close()
 	})
 	return nil

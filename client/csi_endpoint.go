@@ -216,7 +216,7 @@ func (e *ClientCSI) nodeDetach(ctx context.Context, name string, d *nodeDetachRe
 	if err := e.c.allocs.checkDetach(d.AllocID); err != nil {
 		return false, structs.Wrap(err, "%s: volume %q", name, d.VolumeID)
 	}
-	plugin, nodeInfo, err := e.c.plugins.node(d.PluginID)
+	plugin, nodeInfo, err := e.c.plugins.Node(d.PluginID)
 	if err != nil {
 		return false, err
 	}
@@ -285,7 +285,7 @@ func (e *ClientCSI) controllerCall(name string, m *structs.MultiError, args any,
 	if err := e.check(name, m, target); err != nil {
 		return nil, nil, nil, err
 	}
-	plugin, err := e.c.plugins.controller(pluginID)
+	plugin, err := e.c.plugins.Controller(pluginID)
 	if err != nil {
 		return nil, nil, nil, err
 	}

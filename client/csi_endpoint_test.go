@@ -12,6 +12,7 @@ import (
 	"github.com/shoenig/test/must"
 	"google.golang.org/grpc/codes"
 
+	"github.com/volplane/volplane/client/csimanager"
 	"github.com/volplane/volplane/plugins/csi"
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/rpc"
@@ -47,7 +48,7 @@ func newCSIHarness(t *testing.T) *csiHarness {
 func (h *csiHarness) waitHealthy(t *testing.T, healthy bool) {
 	t.Helper()
 	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
-		_, n := h.c.plugins.instances[staticKey("dev")].report()
+		_, n, _ := h.c.plugins.Report(csimanager.StaticKey("dev"))
 		if n == nil || n.Healthy != healthy {
 			return false, fmt.Errorf("plugin instance is %+v", n)
 		}
@@ -201,7 +202,7 @@ func TestClientCSI_NodeDetach(t *testing.T) {
 
 	// Do what the allocation runner will do: stage once, publish for two
 	// allocations, and record both uses.
-	plugin := h.c.plugins.instances[staticKey("dev")].calls
+	plugin := h.c.plugins.CSIClient(csimanager.StaticKey("dev"))
 	paths := h.c.Paths()
 	mode := UsageMode(caps[0].AccessMode, caps[0].AttachmentMode, false)
 	staging := paths.StagingPath("dev", "", "shared", mode)

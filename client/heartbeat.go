@@ -27,7 +27,7 @@ const (
 // call is logged and tried again with backoff.
 func (c *Client) heartbeatLoop() {
 	select {
-	case <-c.plugins.firstRound:
+	case <-c.plugins.FirstRound():
 	case <-time.After(firstFingerprintWait):
 		c.logger.Warn("plugins have not all answered a first fingerprint; registering without them")
 	case <-c.ctx.Done():
@@ -127,7 +127,7 @@ func (h *heartbeater) beat() error {
 }
 
 func (h *heartbeater) register() error {
-	controllers, nodes := h.c.plugins.fingerprints()
+	controllers, nodes := h.c.plugins.Fingerprints()
 	args := &structs.NodeRegisterRequest{Node: h.c.node(controllers, nodes), IntroToken: h.c.config.IntroToken}
 	var reply structs.NodeUpdateResponse
 	if err := h.c.rpc("Node.Register", args, &reply); err != nil {
@@ -144,7 +144,7 @@ func (h *heartbeater) register() error {
 }
 
 func (h *heartbeater) heartbeat() error {
-	controllers, nodes := h.c.plugins.fingerprints()
+	controllers, nodes := h.c.plugins.Fingerprints()
 	args := &structs.NodeUpdateStatusRequest{
 		NodeID:   h.c.id.NodeID,
 		SecretID: h.c.id.SecretID,

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/client/csimanager"
 	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -39,7 +40,7 @@ func (f *fakeFingerprinter) Close() error { return nil }
 func withFakePlugin(fp *fakeFingerprinter) func(*Config) {
 	return func(cfg *Config) {
 		cfg.Plugins = []PluginConfig{{ID: "fake", Endpoint: "unix:///nonexistent/fake.sock"}}
-		cfg.newFingerprinter = func(PluginConfig, hclog.Logger) (fingerprinter, error) { return fp, nil }
+		cfg.newFingerprinter = func(PluginConfig, hclog.Logger) (csimanager.Fingerprinter, error) { return fp, nil }
 	}
 }
 

@@ -190,9 +190,7 @@ func TestPluginJob_HealthyKilledRestartedStopped(t *testing.T) {
 		}
 		return nil
 	})
-	c.plugins.mu.Lock()
-	must.MapEmpty(t, c.plugins.instances)
-	c.plugins.mu.Unlock()
+	must.SliceEmpty(t, c.plugins.Keys())
 }
 
 // TestPluginJob_NoSocket: a plugin task that never creates its socket gets

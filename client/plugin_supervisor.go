@@ -201,7 +201,7 @@ func (r *allocRunner) supervisePlugins(now time.Time) {
 // manager; its health changes become the task's events.
 func (r *allocRunner) registerPlugin(name string, p *pluginTask) {
 	pc := PluginConfig{ID: p.cfg.ID, Endpoint: "unix://" + p.socket, Type: p.cfg.Type}
-	err := r.m.c.plugins.register(p.key, pc, func(healthy bool, reason string) {
+	err := r.m.c.plugins.Register(p.key, pc, func(healthy bool, reason string) {
 		r.pluginHealthChanged(name, p, healthy, reason)
 	})
 	if err != nil {
@@ -250,7 +250,7 @@ func (r *allocRunner) pluginTaskEnded(task *structs.Task, t taskRecord) bool {
 	now := time.Now()
 	restart := !t.Stopping && t.FailReason == "" && !r.stopped() && (t.Exit == nil || t.Exit.StartError == "")
 	if restart {
-		r.m.c.plugins.markUnhealthy(p.key, "plugin task exited: "+t.Description)
+		r.m.c.plugins.MarkUnhealthy(p.key, "plugin task exited: "+t.Description)
 		var delay time.Duration
 		t = r.updateTask(task.Name, func(t *taskRecord) {
 			// Restarts within the policy's interval count against it.
@@ -295,7 +295,7 @@ func (r *allocRunner) deregisterPlugin(p *pluginTask) {
 	p.registered = false
 	p.mu.Unlock()
 	if registered {
-		r.m.c.plugins.deregister(p.key)
+		r.m.c.plugins.Deregister(p.key)
 	}
 	// The task is dead for good: its socket directory goes too.
 	if err := os.RemoveAll(p.dir); err != nil {

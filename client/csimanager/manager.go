@@ -1,4 +1,10 @@
-package client
+// Package csimanager is the client's registry of CSI plugin instances: the
+// static ones from the agent's -csi-plugin flags and those plugin tasks run
+// (the client's supervisor registers them). It fingerprints every instance
+// on its own goroutine, keeps each one's health with hysteresis, tells the
+// client when what the node reports changed, and hands the client's CSI
+// endpoint the CSI client of a healthy controller or node instance.
+package csimanager
 
 import (
 	"context"
@@ -17,36 +23,36 @@ import (
 	"github.com/volplane/volplane/structs"
 )
 
-// fingerprinter is what the plugin manager needs of a CSI client; the real
+// Fingerprinter is what the manager needs of a CSI client; the real
 // one is *csi.Client, tests of the manager give a fake.
-type fingerprinter interface {
+type Fingerprinter interface {
 	Fingerprint(ctx context.Context, pluginID string, typ structs.CSIPluginType) (controller, node *structs.CSIInfo, err error)
 	Close() error
 }
 
-func newCSIFingerprinter(p PluginConfig, logger hclog.Logger) (fingerprinter, error) {
+func newCSIFingerprinter(p PluginConfig, logger hclog.Logger) (Fingerprinter, error) {
 	return csi.NewClient(p.Endpoint, logger)
 }
 
-// healthChange is told when an instance's reported health changes:
+// HealthChange is told when an instance's reported health changes:
 // healthy, or unhealthy with the reason.
-type healthChange func(healthy bool, reason string)
+type HealthChange func(healthy bool, reason string)
 
 // pluginInstance is one plugin instance on this node: a static one from
 // the agent's -csi-plugin flags, or one a plugin task runs (see
-// plugin_supervisor.go).
+// the client's plugin supervisor).
 type pluginInstance struct {
 	// key names the instance in the registry: "static:<id>" or the
 	// allocation and task that run it.
 	key    string
 	cfg    PluginConfig
 	socket string
-	fp     fingerprinter
+	fp     Fingerprinter
 	// calls is the CSI client the ClientCSI endpoint drives; nil when fp is
 	// a test fake.
 	calls *csi.Client
 	// onHealth, when set, is told of every change of reported health.
-	onHealth healthChange
+	onHealth HealthChange
 
 	// cancel ends the instance's fingerprint loop; done is closed when it
 	// returned.
@@ -64,28 +70,27 @@ func (p *pluginInstance) report() (controller, node *structs.CSIInfo) {
 	return p.health.report()
 }
 
-// pluginManager is the node's dynamic registry of plugin instances: the
+// Manager is the node's dynamic registry of plugin instances: the
 // static ones are registered as the agent starts, the plugin tasks'
 // instances while their tasks run. Each instance is fingerprinted on its
 // own goroutine, every interval; the manager keeps what the node reports
 // about them and tells the heartbeat when it changed.
-type pluginManager struct {
+type Manager struct {
 	logger    hclog.Logger
 	interval  time.Duration
 	threshold int
 	goneTTL   time.Duration
-	newFP     func(PluginConfig, hclog.Logger) (fingerprinter, error)
+	newFP     func(PluginConfig, hclog.Logger) (Fingerprinter, error)
 	// changed is called (from a fingerprint goroutine, or a registration)
 	// whenever what the node reports about a plugin changed.
 	changed func()
-	// observed is Config.onFingerprint.
+	// observed is Config.Observed.
 	observed func(pluginID string, failures int, healthy bool)
 
-	// ctx and goFunc are set by run: instances registered later are
+	// ctx and goFunc are set by Run: instances registered later are
 	// fingerprinted under them.
 	ctx    context.Context
 	goFunc func(func()) bool
-	static []PluginConfig
 
 	mu        sync.Mutex
 	instances map[string]*pluginInstance
@@ -94,29 +99,51 @@ type pluginManager struct {
 	pending    sync.WaitGroup
 }
 
-// staticKey is the registry key of a plugin from the agent's flags.
-func staticKey(id string) string { return "static:" + id }
+// StaticKey is the registry key of a plugin from the agent's flags.
+func StaticKey(id string) string { return "static:" + id }
 
-func newPluginManager(cfg *Config, logger hclog.Logger, changed func()) (*pluginManager, error) {
-	m := &pluginManager{
+// Config is what the manager needs of the client's configuration.
+type Config struct {
+	// Plugins are the static plugins, registered as the manager is built.
+	Plugins []PluginConfig
+	// Interval is the pause between two fingerprints of an instance.
+	Interval time.Duration
+	// Threshold is the failed fingerprints in a row after which a healthy
+	// instance is reported unhealthy.
+	Threshold int
+	// GoneTTL: an instance whose socket is missing this long is dropped
+	// from the node's report.
+	GoneTTL time.Duration
+	// NewFingerprinter replaces the CSI client (tests); nil means the
+	// real one.
+	NewFingerprinter func(PluginConfig, hclog.Logger) (Fingerprinter, error)
+	// Observed, when set, is told the outcome of every fingerprint: the
+	// failures in a row and whether the instance is reported healthy.
+	Observed func(pluginID string, failures int, healthy bool)
+}
+
+// New builds the manager with the static plugins registered; Run starts
+// fingerprinting them. changed is called whenever what the node reports
+// about its plugins changed.
+func New(cfg Config, logger hclog.Logger, changed func()) (*Manager, error) {
+	m := &Manager{
 		logger:     logger.Named("csi-plugins"),
-		interval:   cfg.FingerprintInterval,
-		threshold:  cfg.UnhealthyThreshold,
-		goneTTL:    cfg.PluginGoneTTL,
+		interval:   cfg.Interval,
+		threshold:  cfg.Threshold,
+		goneTTL:    cfg.GoneTTL,
 		instances:  map[string]*pluginInstance{},
 		changed:    changed,
-		observed:   cfg.onFingerprint,
-		newFP:      cfg.newFingerprinter,
-		static:     cfg.Plugins,
+		observed:   cfg.Observed,
+		newFP:      cfg.NewFingerprinter,
 		firstRound: make(chan struct{}),
 	}
 	if m.newFP == nil {
 		m.newFP = newCSIFingerprinter
 	}
 	for _, p := range cfg.Plugins {
-		inst, err := m.newInstance(staticKey(p.ID), p, nil)
+		inst, err := m.newInstance(StaticKey(p.ID), p, nil)
 		if err != nil {
-			m.close()
+			m.Close()
 			return nil, err
 		}
 		m.instances[inst.key] = inst
@@ -124,8 +151,43 @@ func newPluginManager(cfg *Config, logger hclog.Logger, changed func()) (*plugin
 	return m, nil
 }
 
-func (m *pluginManager) newInstance(key string, p PluginConfig, onHealth healthChange) (*pluginInstance, error) {
-	socket, err := endpointPath(p.Endpoint)
+// FirstRound is closed once every static instance answered (or failed) a
+// first fingerprint.
+func (m *Manager) FirstRound() <-chan struct{} { return m.firstRound }
+
+// Report returns what the node reports for the instance registered under
+// key; ok is false when there is none.
+func (m *Manager) Report(key string) (controller, node *structs.CSIInfo, ok bool) {
+	m.mu.Lock()
+	inst := m.instances[key]
+	m.mu.Unlock()
+	if inst == nil {
+		return nil, nil, false
+	}
+	controller, node = inst.report()
+	return controller, node, true
+}
+
+// CSIClient returns the CSI client of the instance registered under key,
+// whatever its health; nil when there is none.
+func (m *Manager) CSIClient(key string) *csi.Client {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if inst := m.instances[key]; inst != nil {
+		return inst.calls
+	}
+	return nil
+}
+
+// Keys returns the keys of the registered instances, sorted.
+func (m *Manager) Keys() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Sorted(maps.Keys(m.instances))
+}
+
+func (m *Manager) newInstance(key string, p PluginConfig, onHealth HealthChange) (*pluginInstance, error) {
+	socket, err := EndpointPath(p.Endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -142,10 +204,10 @@ func (m *pluginManager) newInstance(key string, p PluginConfig, onHealth healthC
 	return inst, nil
 }
 
-// run starts one fingerprint loop per static instance; each returns when
+// Run starts one fingerprint loop per static instance; each returns when
 // ctx is done. goFunc runs a goroutine its owner waits for. firstRound is
 // closed once every static instance answered (or failed) a first time.
-func (m *pluginManager) run(ctx context.Context, goFunc func(func()) bool) {
+func (m *Manager) Run(ctx context.Context, goFunc func(func()) bool) {
 	m.mu.Lock()
 	m.ctx, m.goFunc = ctx, goFunc
 	insts := slices.Collect(maps.Values(m.instances))
@@ -161,7 +223,7 @@ func (m *pluginManager) run(ctx context.Context, goFunc func(func()) bool) {
 }
 
 // start runs inst's fingerprint loop under the manager's context.
-func (m *pluginManager) start(inst *pluginInstance, first bool) {
+func (m *Manager) start(inst *pluginInstance, first bool) {
 	ctx, cancel := context.WithCancel(m.ctx)
 	inst.cancel = cancel
 	if !m.goFunc(func() { m.loop(ctx, inst, first) }) {
@@ -174,11 +236,11 @@ func (m *pluginManager) start(inst *pluginInstance, first bool) {
 	}
 }
 
-// register adds a plugin task's instance to the registry and starts
+// Register adds a plugin task's instance to the registry and starts
 // fingerprinting it; onHealth is told of every change of its health. A
 // key registered already is an error.
-func (m *pluginManager) register(key string, p PluginConfig, onHealth healthChange) error {
-	if err := p.validate(); err != nil {
+func (m *Manager) Register(key string, p PluginConfig, onHealth HealthChange) error {
+	if err := p.Validate(); err != nil {
 		return fmt.Errorf("csi plugin %q: %w", p.ID, err)
 	}
 	inst, err := m.newInstance(key, p, onHealth)
@@ -204,10 +266,10 @@ func (m *pluginManager) register(key string, p PluginConfig, onHealth healthChan
 	return nil
 }
 
-// deregister removes an instance from the registry: its fingerprint loop
+// Deregister removes an instance from the registry: its fingerprint loop
 // ends, its CSI client is closed, and the node stops reporting it. Unknown
 // keys are ignored.
-func (m *pluginManager) deregister(key string) {
+func (m *Manager) Deregister(key string) {
 	m.mu.Lock()
 	inst := m.instances[key]
 	delete(m.instances, key)
@@ -224,10 +286,10 @@ func (m *pluginManager) deregister(key string) {
 	m.changed()
 }
 
-// markUnhealthy reports an instance unhealthy at once, for a reason its
+// MarkUnhealthy reports an instance unhealthy at once, for a reason its
 // supervisor knows before a fingerprint could (its task ended). The next
 // good fingerprint makes it healthy again.
-func (m *pluginManager) markUnhealthy(key, reason string) {
+func (m *Manager) MarkUnhealthy(key, reason string) {
 	m.mu.Lock()
 	inst := m.instances[key]
 	m.mu.Unlock()
@@ -248,7 +310,7 @@ func (m *pluginManager) markUnhealthy(key, reason string) {
 	}
 }
 
-func (m *pluginManager) loop(ctx context.Context, inst *pluginInstance, first bool) {
+func (m *Manager) loop(ctx context.Context, inst *pluginInstance, first bool) {
 	defer close(inst.done)
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -272,7 +334,7 @@ func (m *pluginManager) loop(ctx context.Context, inst *pluginInstance, first bo
 
 // fingerprint takes one fingerprint of inst and tells the heartbeat when
 // the report changed.
-func (m *pluginManager) fingerprint(ctx context.Context, inst *pluginInstance) {
+func (m *Manager) fingerprint(ctx context.Context, inst *pluginInstance) {
 	// A hung plugin must not stop the loop for good; the CSI client's own
 	// per-call deadlines apply within this one.
 	fctx, cancel := context.WithTimeout(ctx, min(max(m.interval, 2*time.Second), 30*time.Second))
@@ -324,7 +386,7 @@ func (m *pluginManager) fingerprint(ctx context.Context, inst *pluginInstance) {
 
 // sorted returns the registered instances in key order, so that what the
 // node reports does not depend on map order.
-func (m *pluginManager) sorted() []*pluginInstance {
+func (m *Manager) sorted() []*pluginInstance {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]*pluginInstance, 0, len(m.instances))
@@ -334,12 +396,12 @@ func (m *pluginManager) sorted() []*pluginInstance {
 	return out
 }
 
-// fingerprints returns what the node reports: controller and node
+// Fingerprints returns what the node reports: controller and node
 // fingerprints by plugin ID (empty maps, never nil). Where several
 // instances of a plugin run one side (a node plugin task and a controller
 // task of the same plugin share the node's node side only if both run it),
 // a healthy one is reported.
-func (m *pluginManager) fingerprints() (controllers, nodes map[string]*structs.CSIInfo) {
+func (m *Manager) Fingerprints() (controllers, nodes map[string]*structs.CSIInfo) {
 	controllers, nodes = map[string]*structs.CSIInfo{}, map[string]*structs.CSIInfo{}
 	for _, inst := range m.sorted() {
 		c, n := inst.report()
@@ -363,7 +425,7 @@ func errPluginUnavailable(format string, args ...any) error {
 // pick returns the instance of the plugin whose side (controller or node)
 // side picks, preferring a healthy one, with that side's fingerprint; nil
 // when no instance runs the side.
-func (m *pluginManager) pick(pluginID string, side func(c, n *structs.CSIInfo) *structs.CSIInfo) (*pluginInstance, *structs.CSIInfo, bool) {
+func (m *Manager) pick(pluginID string, side func(c, n *structs.CSIInfo) *structs.CSIInfo) (*pluginInstance, *structs.CSIInfo, bool) {
 	var (
 		found *pluginInstance
 		info  *structs.CSIInfo
@@ -385,9 +447,9 @@ func (m *pluginManager) pick(pluginID string, side func(c, n *structs.CSIInfo) *
 func controllerSide(c, _ *structs.CSIInfo) *structs.CSIInfo { return c }
 func nodeSide(_, n *structs.CSIInfo) *structs.CSIInfo       { return n }
 
-// controller returns the CSI client of a healthy controller instance of the
+// Controller returns the CSI client of a healthy controller instance of the
 // plugin.
-func (m *pluginManager) controller(pluginID string) (*csi.Client, error) {
+func (m *Manager) Controller(pluginID string) (*csi.Client, error) {
 	inst, c, known := m.pick(pluginID, controllerSide)
 	switch {
 	case !known:
@@ -402,9 +464,9 @@ func (m *pluginManager) controller(pluginID string) (*csi.Client, error) {
 	return inst.calls, nil
 }
 
-// controllerInfo returns what the plugin's controller here can do, nil
+// ControllerInfo returns what the plugin's controller here can do, nil
 // when it runs none.
-func (m *pluginManager) controllerInfo(pluginID string) *structs.CSIControllerInfo {
+func (m *Manager) ControllerInfo(pluginID string) *structs.CSIControllerInfo {
 	_, c, _ := m.pick(pluginID, controllerSide)
 	if c == nil {
 		return nil
@@ -412,9 +474,9 @@ func (m *pluginManager) controllerInfo(pluginID string) *structs.CSIControllerIn
 	return c.ControllerInfo
 }
 
-// node returns the CSI client and node fingerprint of a healthy node
+// Node returns the CSI client and node fingerprint of a healthy node
 // instance of the plugin.
-func (m *pluginManager) node(pluginID string) (*csi.Client, *structs.CSIInfo, error) {
+func (m *Manager) Node(pluginID string) (*csi.Client, *structs.CSIInfo, error) {
 	inst, n, known := m.pick(pluginID, nodeSide)
 	switch {
 	case !known:
@@ -429,9 +491,9 @@ func (m *pluginManager) node(pluginID string) (*csi.Client, *structs.CSIInfo, er
 	return inst.calls, n, nil
 }
 
-// close closes every CSI client. The fingerprint loops have ended (their
+// Close closes every CSI client. The fingerprint loops have ended (their
 // context is the client's, cancelled before).
-func (m *pluginManager) close() {
+func (m *Manager) Close() {
 	m.mu.Lock()
 	insts := slices.Collect(maps.Values(m.instances))
 	m.mu.Unlock()
