@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/volplane/volplane/client/csimanager"
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/clientrpc"
 )
 
@@ -18,8 +19,8 @@ type Client struct {
 	config *Config
 	logger hclog.Logger
 	id     *identity
-	paths  CSIPaths
-	usage  *UsageRegistry
+	paths  state.CSIPaths
+	usage  *state.UsageRegistry
 
 	plugins   *csimanager.Manager
 	rpcServer *netrpc.Server
@@ -66,7 +67,7 @@ func NewClient(cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	usage, err := OpenUsageRegistry(cfg.DataDir)
+	usage, err := state.OpenUsageRegistry(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +76,7 @@ func NewClient(cfg *Config) (*Client, error) {
 		config:       cfg,
 		logger:       cfg.Logger.Named("client"),
 		id:           id,
-		paths:        NewCSIPaths(cfg.DataDir),
+		paths:        state.NewCSIPaths(cfg.DataDir),
 		usage:        usage,
 		servers:      newServerList(cfg.Servers),
 		heartbeatNow: make(chan struct{}, 1),
@@ -133,10 +134,10 @@ func (c *Client) Registered() <-chan struct{} { return c.registered }
 
 // Usage is the record of which allocation has which volume published on
 // this node.
-func (c *Client) Usage() *UsageRegistry { return c.usage }
+func (c *Client) Usage() *state.UsageRegistry { return c.usage }
 
 // Paths is the layout of CSI staging and target paths on this node.
-func (c *Client) Paths() CSIPaths { return c.paths }
+func (c *Client) Paths() state.CSIPaths { return c.paths }
 
 // Servers returns the server addresses the client knows, in the order it
 // tries them, and the one in use.

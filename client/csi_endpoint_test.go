@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/volplane/volplane/client/csimanager"
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/plugins/csi"
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/rpc"
@@ -204,7 +205,7 @@ func TestClientCSI_NodeDetach(t *testing.T) {
 	// allocations, and record both uses.
 	plugin := h.c.plugins.CSIClient(csimanager.StaticKey("dev"))
 	paths := h.c.Paths()
-	mode := UsageMode(caps[0].AccessMode, caps[0].AttachmentMode, false)
+	mode := state.UsageMode(caps[0].AccessMode, caps[0].AttachmentMode, false)
 	staging := paths.StagingPath("dev", "", "shared", mode)
 	capability := &csi.VolumeCapability{AccessMode: caps[0].AccessMode, AttachmentMode: caps[0].AttachmentMode}
 	must.NoError(t, os.MkdirAll(staging, 0o700))
@@ -219,7 +220,7 @@ func TestClientCSI_NodeDetach(t *testing.T) {
 			ExternalID: ext, StagingPath: staging, TargetPath: target, Capability: capability,
 			PublishContext: attached.PublishContext,
 		}))
-		must.NoError(t, h.c.Usage().Add(VolumeUsage{
+		must.NoError(t, h.c.Usage().Add(state.VolumeUsage{
 			AllocID: alloc, PluginID: "dev", VolumeID: "shared", ExternalID: ext,
 			AccessMode: caps[0].AccessMode, AttachmentMode: caps[0].AttachmentMode,
 			StagingPath: staging, TargetPath: target,

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -74,7 +75,7 @@ func (e *FileSystem) Logs(args *structs.FSLogsRequest, reply *structs.FSLogsResp
 		return structs.ErrInvalid("logs: unknown origin %q: want %s or %s", args.Origin, structs.LogOriginStart, structs.LogOriginEnd)
 	}
 	reply.Task = task
-	reply.File = "alloc/logs/" + segment(task) + "." + logType
+	reply.File = "alloc/logs/" + state.Segment(task) + "." + logType
 	for {
 		// Whether the task ended is read before the log, so that a task
 		// that ends meanwhile is not reported done before its last output

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -42,7 +43,7 @@ import (
 // path. CSI_ENDPOINT names the socket's host path (mount_dir, "/csi" by
 // default, is where a containerised plugin would see that directory; an
 // exec task is told the real one). Staging and target paths are the
-// client's own (csi_paths.go), under the data dir, and stage_publish_base_dir
+// client's own (state.CSIPaths), under the data dir, and stage_publish_base_dir
 // is accepted and validated, for job specs written for Nomad, but not used:
 // a plugin that sees the host's paths needs no second name for them. The
 // client creates only the parent of a target path, as always.
@@ -85,7 +86,7 @@ type pluginTask struct {
 // directory named after it in the system's temporary directory (made
 // private to the agent by preparePluginTask).
 func (c *Client) pluginDir(allocID, task string) string {
-	dir := filepath.Join(c.config.DataDir, csiDir, "plugins", segment(allocID), segment(task))
+	dir := filepath.Join(c.config.DataDir, state.CSIDir, "plugins", state.Segment(allocID), state.Segment(task))
 	if len(filepath.Join(dir, pluginSocketName)) <= maxSocketPath {
 		return dir
 	}

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -130,7 +131,7 @@ func runTaskShim(specPath string) int {
 	}
 	if self, err := identifyProcess(os.Getpid()); err == nil {
 		if buf, err := json.Marshal(self); err == nil {
-			if err := writeFileAtomic(spec.PIDFile, buf); err != nil {
+			if err := state.WriteFileAtomic(spec.PIDFile, buf); err != nil {
 				fmt.Fprintf(os.Stderr, "volplane task shim: %v\n", err)
 			}
 		}
@@ -139,7 +140,7 @@ func runTaskShim(specPath string) int {
 	exit.FinishedAt = structs.NowNano()
 	buf, err = json.Marshal(exit)
 	if err == nil {
-		err = writeFileAtomic(spec.ExitFile, buf)
+		err = state.WriteFileAtomic(spec.ExitFile, buf)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "volplane task shim: recording the exit: %v\n", err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -21,12 +22,12 @@ import (
 //	<data dir>/allocs/<alloc>/logs/<task>.stderr
 //	<data dir>/allocs/<alloc>/.control/<task>.*     the shim's spec, PID file, exit file and log
 //
-// (The CSI target paths are elsewhere: see csi_paths.go.)
+// (The CSI target paths are elsewhere: see state.CSIPaths.)
 const allocsDir = "allocs"
 
 // allocDir is the directory of an allocation's tasks.
 func (c *Client) allocDir(allocID string) string {
-	return filepath.Join(c.config.DataDir, allocsDir, segment(allocID))
+	return filepath.Join(c.config.DataDir, allocsDir, state.Segment(allocID))
 }
 
 // taskPaths are the files of one task.
@@ -41,7 +42,7 @@ type taskPaths struct {
 }
 
 func newTaskPaths(allocDir, task string) taskPaths {
-	name := segment(task)
+	name := state.Segment(task)
 	control := filepath.Join(allocDir, ".control")
 	return taskPaths{
 		Dir:      filepath.Join(allocDir, name),
@@ -133,7 +134,7 @@ func startTask(shimExe string, task *structs.Task, paths taskPaths, env []string
 	if err != nil {
 		return processID{}, err
 	}
-	if err := writeFileAtomic(paths.Spec, spec); err != nil {
+	if err := state.WriteFileAtomic(paths.Spec, spec); err != nil {
 		return processID{}, err
 	}
 	devNull, err := os.Open(os.DevNull)
@@ -172,7 +173,7 @@ func startTask(shimExe string, task *structs.Task, paths taskPaths, env []string
 	// The shim writes the same as it starts, which takes a moment; written
 	// here too, an agent stopped right after this start finds the task.
 	if buf, err := json.Marshal(id); err == nil {
-		_ = writeFileAtomic(paths.PIDFile, buf)
+		_ = state.WriteFileAtomic(paths.PIDFile, buf)
 	}
 	return id, nil
 }
