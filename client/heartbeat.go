@@ -118,9 +118,9 @@ func (h *heartbeater) beat() error {
 		// an operator can fix it; keep trying so the node comes back when
 		// they do.
 		log.Error("servers refused the node's "+what+": the node secret does not match the one the node registered with; "+
-			"restore the data dir's "+identityFile+" (or remove the node from the servers and the file to join as a new node)", "server", h.c.servers.get())
+			"restore the data dir's "+identityFile+" (or remove the node from the servers and the file to join as a new node)", "server", h.c.servers.Get())
 	default:
-		log.Warn(what+" failed; retrying", "servers", h.c.servers.all())
+		log.Warn(what+" failed; retrying", "servers", h.c.servers.All())
 	}
 	h.lastLogged = time.Now()
 	return err
@@ -137,7 +137,7 @@ func (h *heartbeater) register() error {
 	h.registered = true
 	h.sentControllers, h.sentNodes = controllers, nodes
 	h.c.regOnce.Do(func() {
-		h.c.logger.Info("node registered", "node_id", h.c.id.NodeID, "server", h.c.servers.get(), "heartbeat_ttl", reply.HeartbeatTTL)
+		h.c.logger.Info("node registered", "node_id", h.c.id.NodeID, "server", h.c.servers.Get(), "heartbeat_ttl", reply.HeartbeatTTL)
 		close(h.c.registered)
 	})
 	return nil
@@ -183,7 +183,7 @@ func (h *heartbeater) accepted(reply *structs.NodeUpdateResponse) {
 	if reply.HeartbeatTTL > 0 {
 		h.ttl = reply.HeartbeatTTL
 	}
-	h.c.servers.learn(reply.Servers)
+	h.c.servers.Learn(reply.Servers)
 }
 
 // interval is the pause before the next heartbeat: about half the TTL,

@@ -162,22 +162,3 @@ func TestHeartbeat_MovesToNextServer(t *testing.T) {
 	before := len(first.recorded())
 	waitRequest(t, first, before, isHeartbeat)
 }
-
-// Servers named in replies join the list the client fails over to.
-func TestServerList_Learn(t *testing.T) {
-	l := newServerList([]string{"a:1"})
-	l.learn(nil)
-	must.Eq(t, []string{"a:1"}, l.all())
-	l.learn([]string{"b:1", "a:1", "c:1", "b:1"})
-	must.Eq(t, []string{"a:1", "b:1", "c:1"}, l.all())
-	must.Eq(t, "a:1", l.get())
-	l.failed("a:1")
-	must.Eq(t, "b:1", l.get())
-	l.failed("a:1") // someone else already moved on
-	must.Eq(t, "b:1", l.get())
-	l.failed("b:1")
-	l.failed("c:1")
-	must.Eq(t, "a:1", l.get(), must.Sprint("the list wraps around"))
-	l.learn([]string{"d:1"})
-	must.Eq(t, []string{"a:1", "d:1"}, l.all(), must.Sprint("configured servers stay"))
-}
