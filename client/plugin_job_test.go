@@ -81,6 +81,13 @@ func pluginJobClient(t *testing.T) (*server.Server, *Client) {
 	srv := testCluster(t, 1)[0]
 	dir := socketDir(t)
 	t.Cleanup(func() { killTasksUnder(t, dir) })
+	return srv, startPluginJobClient(t, srv, dir)
+}
+
+// startPluginJobClient starts (again) the client of pluginJobClient on
+// its data dir.
+func startPluginJobClient(t *testing.T, srv *server.Server, dir string) *Client {
+	t.Helper()
 	c := testClient(t, addrs(srv), func(cfg *Config) {
 		cfg.DataDir = dir
 		cfg.FingerprintInterval = 100 * time.Millisecond
@@ -91,7 +98,7 @@ func pluginJobClient(t *testing.T) (*server.Server, *Client) {
 		cfg.serverRetryMax = 250 * time.Millisecond
 	})
 	waitRegistered(t, c)
-	return srv, c
+	return c
 }
 
 // taskEvents checks that the task's events include the given types in
@@ -242,4 +249,34 @@ func TestPluginJob_BadInput(t *testing.T) {
 	})
 	must.SliceLen(t, 1, reply.Warnings)
 	must.True(t, strings.Contains(reply.Warnings[0], "node and monolith plugins belong in system jobs"))
+}
+
+// TestPluginJob_AgentRestart: a plugin task keeps running while its agent
+// restarts, and the restarted agent registers its instance again, without
+// restarting the task.
+func TestPluginJob_AgentRestart(t *testing.T) {
+	srv, c := pluginJobClient(t)
+	registerJob(t, srv, pluginJob(t, "plugin-dev", structs.JobTypeSystem, structs.CSIPluginTypeNode, t.TempDir()))
+	waitPlugin(t, srv, "dev", instanceHealth(c.NodeID(), true, ""))
+	allocs := waitAllocs(t, srv, "plugin-dev", 1, clientStatus(structs.AllocClientStatusRunning))
+	var alloc *structs.Allocation
+	for _, a := range allocs {
+		alloc = a
+	}
+	pidFile := filepath.Join(c.allocDir(alloc.ID), "plugin", "plugin.pid")
+	before, err := os.ReadFile(pidFile)
+	must.NoError(t, err)
+
+	must.NoError(t, c.Shutdown())
+	c = startPluginJobClient(t, srv, c.config.DataDir)
+	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
+		keys := c.plugins.Keys()
+		return len(keys) == 1, fmt.Errorf("instances %v", keys)
+	})
+	waitPlugin(t, srv, "dev", instanceHealth(c.NodeID(), true, ""))
+	after, err := os.ReadFile(pidFile)
+	must.NoError(t, err)
+	must.Eq(t, string(before), string(after), must.Sprint("the plugin task was not restarted"))
+	a := waitAlloc(t, srv, alloc.ID, clientStatus(structs.AllocClientStatusRunning))
+	must.Eq(t, uint64(0), a.TaskStates["plugin"].Restarts)
 }
