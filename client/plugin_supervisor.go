@@ -265,7 +265,8 @@ func (r *allocRunner) pluginTaskEnded(task *structs.Task, t taskRecord) bool {
 			if len(recent) >= pluginRestartPolicy.Attempts {
 				restart = false
 				t.Events = structs.AppendTaskEvent(t.Events, structs.NewTaskEvent(structs.TaskNotRestarting, now.UnixNano()).
-					SetDetail("restart_reason", "Exceeded allowed attempts 2 in interval 30m0s and mode is \"fail\"").
+					SetDetail("restart_reason", fmt.Sprintf("Exceeded allowed attempts %d in interval %v and mode is \"fail\"",
+						pluginRestartPolicy.Attempts, pluginRestartPolicy.Interval)).
 					SetDetail("fails_task", "true"))
 				return
 			}

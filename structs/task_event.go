@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"unicode/utf8"
 )
 
 // Task event types, as Nomad's.
@@ -54,8 +55,10 @@ func NewTaskEvent(typ string, now int64) *TaskEvent {
 	return &TaskEvent{Type: typ, Time: now, Details: map[string]string{}}
 }
 
-// SetMessage sets the event's message.
+// SetMessage sets the event's message, cut to the length a report may
+// carry (a plugin's error text is the plugin's to choose).
 func (e *TaskEvent) SetMessage(msg string) *TaskEvent {
+	msg = cutText(msg, maxTaskEventMessage/2)
 	e.Message = msg
 	e.Details["message"] = msg
 	return e
@@ -63,14 +66,26 @@ func (e *TaskEvent) SetMessage(msg string) *TaskEvent {
 
 // SetDisplayMessage sets the line shown for the event.
 func (e *TaskEvent) SetDisplayMessage(msg string) *TaskEvent {
-	e.DisplayMessage = msg
+	e.DisplayMessage = cutText(msg, maxTaskEventMessage)
 	return e
 }
 
 // SetDetail annotates the event.
 func (e *TaskEvent) SetDetail(key, value string) *TaskEvent {
-	e.Details[key] = value
+	e.Details[key] = cutText(value, maxTaskEventMessage/2)
 	return e
+}
+
+// cutText cuts s to at most n bytes, on a rune boundary, marking the cut.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("...")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
 
 // PopulateDisplayMessage fills DisplayMessage from the type, as Nomad

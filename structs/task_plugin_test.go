@@ -1,8 +1,10 @@
 package structs
 
 import (
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/shoenig/test/must"
 )
@@ -108,4 +110,16 @@ func TestTaskEvent_DisplayMessages(t *testing.T) {
 	h := NewTaskEvent(TaskPluginHealthy, 1).SetMessage("plugin: dev")
 	h.PopulateDisplayMessage()
 	must.Eq(t, "plugin: dev", h.DisplayMessage)
+}
+
+// TestTaskEvent_LongMessagesAreCut: whatever a plugin answers, an event
+// stays within what a client's report may carry.
+func TestTaskEvent_LongMessagesAreCut(t *testing.T) {
+	long := strings.Repeat("é", 10_000)
+	e := NewTaskEvent(TaskPluginUnhealthy, 1).SetMessage("Error: " + long)
+	e.PopulateDisplayMessage()
+	ts := &TaskState{Events: []*TaskEvent{e}}
+	must.NoError(t, ts.validateReport("a", "t"))
+	must.True(t, utf8.ValidString(e.Message))
+	must.StrHasSuffix(t, "...", e.Message)
 }
