@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/volplane/volplane/client/execdriver"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -96,13 +97,13 @@ type taskRecord struct {
 	Name  string
 	State string
 	// Process is the task's shim, once started.
-	Process   processID
+	Process   execdriver.ProcessID
 	StartedAt int64 `json:",omitempty"`
 	// Stopping is set once the client signalled the task to stop, so its
 	// end is not its own failure.
 	Stopping bool `json:",omitempty"`
 	// Exit is how it ended, when its shim recorded it.
-	Exit *taskExit `json:",omitempty"`
+	Exit *execdriver.TaskExit `json:",omitempty"`
 	// Failed and Description judge the end.
 	Failed      bool   `json:",omitempty"`
 	Description string `json:",omitempty"`

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/volplane/volplane/client/execdriver"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -179,7 +180,7 @@ func (r *allocRunner) startTasks() {
 	// tasks not started yet are not: they would only be killed.
 	abandon := ""
 	for _, task := range r.rec.Group.Tasks {
-		paths := newTaskPaths(allocDir, task.Name)
+		paths := execdriver.NewTaskPaths(allocDir, task.Name)
 		t := r.task(task.Name)
 		switch t.State {
 		case taskDead:
@@ -187,14 +188,14 @@ func (r *allocRunner) startTasks() {
 		case taskRunning:
 			// Running from before the agent restarted. One that ended
 			// meanwhile is collected by the first poll.
-			if t.Process.alive() {
+			if t.Process.Alive() {
 				r.logger.Info("task still running from before the agent restarted; supervising it", "task", t.Name, "pid", t.Process.PID)
 			}
 			continue
 		}
 		// Pending. A shim may have started it before the agent could
 		// record so (the agent stopped, or its state file was lost).
-		if p, ok := readPIDFile(paths); ok && p.alive() {
+		if p, ok := execdriver.ReadPIDFile(paths); ok && p.Alive() {
 			r.updateTask(t.Name, func(t *taskRecord) { t.State, t.Process = taskRunning, p })
 			r.logger.Info("task found running from an earlier start; supervising it", "task", t.Name, "pid", p.PID)
 			continue
@@ -204,7 +205,7 @@ func (r *allocRunner) startTasks() {
 			// restartDue starts it when its delay passed.
 			continue
 		}
-		if exit, err := readExit(paths); err == nil {
+		if exit, err := execdriver.ReadExit(paths); err == nil {
 			t = r.updateTask(t.Name, func(t *taskRecord) { judgeExit(t, exit) })
 			r.logger.Info("task ended before the agent could record it", "task", t.Name, "outcome", t.Description)
 			continue
@@ -229,7 +230,7 @@ func (r *allocRunner) startTasks() {
 
 // startTask starts one task (again), recording its start or why it could
 // not start.
-func (r *allocRunner) startTask(task *structs.Task, paths taskPaths, allocDir string, targets map[string]string) error {
+func (r *allocRunner) startTask(task *structs.Task, paths execdriver.TaskPaths, allocDir string, targets map[string]string) error {
 	env := taskEnv(r.rec, task.Name, paths, allocDir, targets)
 	// The node's identity, as Nomad's node attributes: a plugin task
 	// names its node by it (the development plugin's default node ID).
@@ -242,9 +243,9 @@ func (r *allocRunner) startTask(task *structs.Task, paths taskPaths, allocDir st
 			env = append(env, endpoint)
 		}
 	}
-	var proc processID
+	var proc execdriver.ProcessID
 	if err == nil {
-		proc, err = startTask(r.m.shimExe, task, paths, env)
+		proc, err = execdriver.Start(r.m.shimExe, task, paths, env)
 	}
 	now := time.Now()
 	if err != nil {
@@ -292,7 +293,7 @@ func (r *allocRunner) restartDue(now time.Time) {
 		if targets == nil {
 			targets = r.publishedTargets()
 		}
-		_ = r.startTask(task, newTaskPaths(allocDir, task.Name), allocDir, targets)
+		_ = r.startTask(task, execdriver.NewTaskPaths(allocDir, task.Name), allocDir, targets)
 		r.report()
 	}
 }
@@ -387,10 +388,10 @@ func (r *allocRunner) pollTasks() (live []string, failed string) {
 	allocDir := r.m.c.allocDir(r.id)
 	for _, task := range r.rec.Group.Tasks {
 		t := r.task(task.Name)
-		if t.State == taskRunning && taskEnded(t.Process) {
+		if t.State == taskRunning && execdriver.Ended(t.Process) {
 			// No readable exit file is a nil exit: the shim recorded
 			// nothing, which judgeExit describes.
-			exit, _ := readExit(newTaskPaths(allocDir, t.Name))
+			exit, _ := execdriver.ReadExit(execdriver.NewTaskPaths(allocDir, t.Name))
 			now := time.Now().UnixNano()
 			t = r.updateTask(t.Name, func(t *taskRecord) {
 				judgeExit(t, exit)
@@ -428,8 +429,8 @@ func (r *allocRunner) signal(names []string, sig syscall.Signal) {
 			}
 			t.Stopping = true
 		})
-		if err := signalTask(t.Process, sig); err != nil {
-			r.logger.Warn("signalling task", "task", name, "signal", signalName(sig), "error", err)
+		if err := execdriver.Signal(t.Process, sig); err != nil {
+			r.logger.Warn("signalling task", "task", name, "signal", execdriver.SignalName(sig), "error", err)
 		}
 	}
 }

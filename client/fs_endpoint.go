@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/volplane/volplane/client/execdriver"
 	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
@@ -55,7 +56,7 @@ func (e *FileSystem) Logs(args *structs.FSLogsRequest, reply *structs.FSLogsResp
 	if err != nil {
 		return err
 	}
-	paths := newTaskPaths(e.c.allocDir(r.id), task)
+	paths := execdriver.NewTaskPaths(e.c.allocDir(r.id), task)
 	path := paths.Stdout
 	if logType == structs.LogTypeStderr {
 		path = paths.Stderr

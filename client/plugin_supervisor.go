@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/volplane/volplane/client/execdriver"
 	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
@@ -320,7 +321,7 @@ func (r *allocRunner) deregisterPlugins() {
 }
 
 // exitDetails annotates a Terminated event as Nomad does.
-func exitDetails(ev *structs.TaskEvent, exit *taskExit) *structs.TaskEvent {
+func exitDetails(ev *structs.TaskEvent, exit *execdriver.TaskExit) *structs.TaskEvent {
 	if exit == nil {
 		return ev.SetMessage("ended without an exit status")
 	}
