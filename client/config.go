@@ -1,9 +1,10 @@
 // Package client is the client agent: it keeps its node registered with the
-// servers and heartbeating over one yamux session, fingerprints the CSI
-// plugins on its machine and reports their health, serves the ClientCSI
-// calls the servers make back over that session, and runs the allocations
-// placed on its node (claim, stage and publish their volumes, run their
-// tasks, report), keeping their state in a local database so that a
+// servers and heartbeating over one yamux session (serverconn), reports the
+// health of the CSI plugins on its machine (csimanager), serves the
+// ClientCSI calls the servers make back over that session, and runs the
+// allocations placed on its node (claim, stage and publish their volumes,
+// run their tasks through execdriver, supervise the tasks that are CSI
+// plugins, report), keeping their state in a local database so that a
 // restarted agent resumes them without the servers.
 package client
 
