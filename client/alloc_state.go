@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/volplane/volplane/client/execdriver"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -96,16 +97,28 @@ type taskRecord struct {
 	Name  string
 	State string
 	// Process is the task's shim, once started.
-	Process   processID
+	Process   execdriver.ProcessID
 	StartedAt int64 `json:",omitempty"`
 	// Stopping is set once the client signalled the task to stop, so its
 	// end is not its own failure.
 	Stopping bool `json:",omitempty"`
 	// Exit is how it ended, when its shim recorded it.
-	Exit *taskExit `json:",omitempty"`
+	Exit *execdriver.TaskExit `json:",omitempty"`
 	// Failed and Description judge the end.
 	Failed      bool   `json:",omitempty"`
 	Description string `json:",omitempty"`
+	// FailReason, when set, is why the client killed the task as failed
+	// (a plugin that missed its health timeout); its end is a failure
+	// whatever its exit.
+	FailReason string `json:",omitempty"`
+	// Restarts counts the client's restarts of the task; RestartTimes are
+	// the recent ones (for the restart policy), RestartAt when a pending
+	// restart is due (Unix nanoseconds).
+	Restarts     uint64  `json:",omitempty"`
+	RestartTimes []int64 `json:",omitempty"`
+	RestartAt    int64   `json:",omitempty"`
+	// Events are the task's last events (structs.MaxTaskEvents).
+	Events []*structs.TaskEvent `json:",omitempty"`
 }
 
 // Task states.

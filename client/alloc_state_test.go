@@ -10,6 +10,7 @@ import (
 	"github.com/shoenig/test/must"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/volplane/volplane/client/execdriver"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -26,7 +27,7 @@ func stateFixture(t *testing.T) string {
 			&allocRecord{ID: id, Name: "j.g[0]", Group: &structs.TaskGroup{Name: "g"}, ClientStatus: structs.AllocClientStatusRunning},
 			[]*volumeRecord{{Alias: "data", VolumeID: "vol-" + id, PluginID: "dev", PublishContext: map[string]string{"k": "v"},
 				State: structs.AllocVolumeState{Step: structs.AllocVolumeStepPublished}}},
-			[]*taskRecord{{Name: "t", State: taskRunning, Process: processID{PID: 42, StartTicks: 7}}},
+			[]*taskRecord{{Name: "t", State: taskRunning, Process: execdriver.ProcessID{PID: 42, StartTicks: 7}}},
 			id))
 	}
 	must.NoError(t, s.close())
@@ -41,7 +42,7 @@ func TestStateDB_RoundTripAndDelete(t *testing.T) {
 	b := bundles["alloc-1"]
 	must.Eq(t, "j.g[0]", b.Alloc.Name)
 	must.Eq(t, map[string]string{"k": "v"}, b.Volumes["data"].PublishContext)
-	must.Eq(t, processID{PID: 42, StartTicks: 7}, b.Tasks["t"].Process)
+	must.Eq(t, execdriver.ProcessID{PID: 42, StartTicks: 7}, b.Tasks["t"].Process)
 
 	must.NoError(t, s.deleteVolume("alloc-1", "data"))
 	must.NoError(t, s.deleteAlloc("alloc-2"))

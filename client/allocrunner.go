@@ -33,7 +33,7 @@ type allocManager struct {
 	logger hclog.Logger
 	state  *stateDB
 	rep    *allocReporter
-	// shimExe supervises tasks (see task_shim.go); "" when unknown.
+	// shimExe supervises tasks (see the execdriver package); "" when unknown.
 	shimExe string
 
 	// reconciled counts the answers of the allocation query acted upon.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/client/execdriver"
 	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/server"
@@ -324,7 +325,7 @@ func processesUnder(dir string) []int {
 			continue
 		}
 		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
-		if err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) && !isZombie(pid) {
+		if err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) && !execdriver.IsZombie(pid) {
 			pids = append(pids, pid)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc/codes"
 
+	"github.com/volplane/volplane/client/execdriver"
 	"github.com/volplane/volplane/server"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -201,7 +202,7 @@ func TestAllocRunner_RestartWhileServersDown(t *testing.T) {
 	must.NoError(t, c.Shutdown())
 	finishTask(t, c, ends.ID)
 	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
-		_, err := readExit(newTaskPaths(c.allocDir(ends.ID), "t"))
+		_, err := execdriver.ReadExit(execdriver.NewTaskPaths(c.allocDir(ends.ID), "t"))
 		return err == nil, fmt.Errorf("the task has not ended: %v", err)
 	})
 
@@ -351,7 +352,7 @@ func TestAllocRunner_LostAllocationStopped(t *testing.T) {
 	st, _ = c.AllocState(a.ID)
 	must.StrContains(t, st.ClientDescription, "the servers marked the allocation lost")
 	must.Eq(t, "task t: stopped (SIGTERM)", st.Tasks["t"].Description)
-	must.False(t, pidExists(shim.PID) && !isZombie(shim.PID), must.Sprint("the task's supervisor is gone"))
+	must.False(t, execdriver.PIDExists(shim.PID) && !execdriver.IsZombie(shim.PID), must.Sprint("the task's supervisor is gone"))
 }
 
 // When the servers marked an allocation lost and released its volume
@@ -367,7 +368,7 @@ func TestAllocRunner_LostAllocationVolumeDetached(t *testing.T) {
 	l.waitStopped(t, c)
 	st, _ := c.AllocState(l.alloc.ID)
 	must.StrContains(t, st.ClientDescription, "the servers marked the allocation lost")
-	must.False(t, pidExists(l.shim.PID) && !isZombie(l.shim.PID), must.Sprint("the task's supervisor is gone"))
+	must.False(t, execdriver.PIDExists(l.shim.PID) && !execdriver.IsZombie(l.shim.PID), must.Sprint("the task's supervisor is gone"))
 
 	testutil.WaitForResult(t, 30*time.Second, func() (bool, error) {
 		for _, method := range []string{"NodeUnpublishVolume", "NodeUnstageVolume"} {

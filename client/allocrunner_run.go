@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/volplane/volplane/client/execdriver"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -46,6 +47,9 @@ type allocRunner struct {
 	tasks map[string]*taskRecord
 	// gone is set once the servers no longer list the allocation.
 	gone bool
+	// plugins are the supervisor's records of its plugin tasks, by task
+	// name (see plugin_supervisor.go).
+	plugins map[string]*pluginTask
 }
 
 func newAllocRunner(m *allocManager, rec *allocRecord, vols map[string]*volumeRecord, tasks map[string]*taskRecord) *allocRunner {
@@ -171,19 +175,12 @@ func (r *allocRunner) stopReason() string {
 // that run from an earlier start of the agent.
 func (r *allocRunner) startTasks() {
 	allocDir := r.m.c.allocDir(r.id)
-	targets := map[string]string{}
-	r.mu.Lock()
-	for alias, v := range r.vols {
-		if v.State.Step == structs.AllocVolumeStepPublished {
-			targets[alias] = v.TargetPath
-		}
-	}
-	r.mu.Unlock()
+	targets := r.publishedTargets()
 	// Once a task could not start, or the allocation is stopping, the
 	// tasks not started yet are not: they would only be killed.
 	abandon := ""
 	for _, task := range r.rec.Group.Tasks {
-		paths := newTaskPaths(allocDir, task.Name)
+		paths := execdriver.NewTaskPaths(allocDir, task.Name)
 		t := r.task(task.Name)
 		switch t.State {
 		case taskDead:
@@ -191,19 +188,24 @@ func (r *allocRunner) startTasks() {
 		case taskRunning:
 			// Running from before the agent restarted. One that ended
 			// meanwhile is collected by the first poll.
-			if t.Process.alive() {
+			if t.Process.Alive() {
 				r.logger.Info("task still running from before the agent restarted; supervising it", "task", t.Name, "pid", t.Process.PID)
 			}
 			continue
 		}
 		// Pending. A shim may have started it before the agent could
 		// record so (the agent stopped, or its state file was lost).
-		if p, ok := readPIDFile(paths); ok && p.alive() {
+		if p, ok := execdriver.ReadPIDFile(paths); ok && p.Alive() {
 			r.updateTask(t.Name, func(t *taskRecord) { t.State, t.Process = taskRunning, p })
 			r.logger.Info("task found running from an earlier start; supervising it", "task", t.Name, "pid", p.PID)
 			continue
 		}
-		if exit, err := readExit(paths); err == nil {
+		if t.RestartAt != 0 {
+			// Waiting to be restarted (the exit file is the last run's):
+			// restartDue starts it when its delay passed.
+			continue
+		}
+		if exit, err := execdriver.ReadExit(paths); err == nil {
 			t = r.updateTask(t.Name, func(t *taskRecord) { judgeExit(t, exit) })
 			r.logger.Info("task ended before the agent could record it", "task", t.Name, "outcome", t.Description)
 			continue
@@ -217,22 +219,97 @@ func (r *allocRunner) startTasks() {
 			})
 			continue
 		}
-		env := taskEnv(r.rec, task.Name, paths, allocDir, targets)
-		p, err := startTask(r.m.shimExe, task, paths, env)
-		if err != nil {
-			r.updateTask(t.Name, func(t *taskRecord) {
-				t.State, t.Failed, t.Description = taskDead, true, fmt.Sprintf("task %s: %v", task.Name, err)
-			})
-			r.logger.Warn("task could not be started", "task", task.Name, "error", err)
+		if err := r.startTask(task, paths, allocDir, targets); err != nil {
 			abandon = fmt.Sprintf("task %s could not be started", task.Name)
-			continue
 		}
-		r.updateTask(t.Name, func(t *taskRecord) { t.State, t.Process, t.StartedAt = taskRunning, p, structs.NowNano() })
-		r.logger.Info("task started", "task", task.Name, "pid", p.PID, "command", task.Config.Command)
 	}
 	if abandon == "" {
 		r.setStatus(structs.AllocClientStatusRunning, "tasks are running")
 	}
+}
+
+// startTask starts one task (again), recording its start or why it could
+// not start.
+func (r *allocRunner) startTask(task *structs.Task, paths execdriver.TaskPaths, allocDir string, targets map[string]string) error {
+	env := taskEnv(r.rec, task.Name, paths, allocDir, targets)
+	// The node's identity, as Nomad's node attributes: a plugin task
+	// names its node by it (the development plugin's default node ID).
+	env = append(env, "VOLPLANE_NODE_ID="+r.m.c.id.NodeID, "VOLPLANE_NODE_NAME="+r.m.c.config.NodeName)
+	p := r.pluginTaskFor(task)
+	var err error
+	if p != nil {
+		var endpoint string
+		if endpoint, err = preparePluginTask(p); err == nil {
+			env = append(env, endpoint)
+		}
+	}
+	var proc execdriver.ProcessID
+	if err == nil {
+		proc, err = execdriver.Start(r.m.shimExe, task, paths, env)
+	}
+	now := time.Now()
+	if err != nil {
+		r.updateTask(task.Name, func(t *taskRecord) {
+			t.State, t.Failed, t.Description = taskDead, true, fmt.Sprintf("task %s: %v", task.Name, err)
+			t.Events = structs.AppendTaskEvent(t.Events, structs.NewTaskEvent(structs.TaskDriverFailure, now.UnixNano()).SetMessage(err.Error()))
+		})
+		r.logger.Warn("task could not be started", "task", task.Name, "error", err)
+		r.report()
+		return err
+	}
+	if p != nil {
+		p.started(now)
+	}
+	r.updateTask(task.Name, func(t *taskRecord) {
+		t.State, t.Process, t.StartedAt, t.RestartAt = taskRunning, proc, now.UnixNano(), 0
+		t.Events = structs.AppendTaskEvent(t.Events, structs.NewTaskEvent(structs.TaskStarted, now.UnixNano()))
+	})
+	r.logger.Info("task started", "task", task.Name, "pid", proc.PID, "command", task.Config.Command)
+	return nil
+}
+
+// restartDue starts again the tasks whose restart delay passed; a stop
+// cancels pending restarts.
+func (r *allocRunner) restartDue(now time.Time) {
+	allocDir := r.m.c.allocDir(r.id)
+	var targets map[string]string
+	for _, task := range r.rec.Group.Tasks {
+		t := r.task(task.Name)
+		if t.State != taskPending || t.RestartAt == 0 {
+			continue
+		}
+		if r.stopped() {
+			r.updateTask(task.Name, func(t *taskRecord) {
+				t.State, t.RestartAt = taskDead, 0
+				t.Description = fmt.Sprintf("task %s: not restarted: the allocation is stopping", task.Name)
+			})
+			r.deregisterPlugin(r.pluginTaskFor(task))
+			r.report()
+			continue
+		}
+		if now.UnixNano() < t.RestartAt {
+			continue
+		}
+		if targets == nil {
+			targets = r.publishedTargets()
+		}
+		_ = r.startTask(task, execdriver.NewTaskPaths(allocDir, task.Name), allocDir, targets)
+		r.report()
+	}
+}
+
+// publishedTargets are the target paths of the allocation's published
+// volumes, by alias.
+func (r *allocRunner) publishedTargets() map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	targets := map[string]string{}
+	for alias, v := range r.vols {
+		if v.State.Step == structs.AllocVolumeStepPublished {
+			targets[alias] = v.TargetPath
+		}
+	}
+	return targets
 }
 
 // task returns a copy of the record of a task, pending when there is none
@@ -273,6 +350,9 @@ func (r *allocRunner) supervise(ctx context.Context) {
 	var killAt time.Time
 	killed := false
 	for {
+		now := time.Now()
+		r.supervisePlugins(now)
+		r.restartDue(now)
 		live, failed := r.pollTasks()
 		if len(live) == 0 {
 			r.finishFromTasks()
@@ -308,12 +388,19 @@ func (r *allocRunner) pollTasks() (live []string, failed string) {
 	allocDir := r.m.c.allocDir(r.id)
 	for _, task := range r.rec.Group.Tasks {
 		t := r.task(task.Name)
-		if t.State == taskRunning && taskEnded(t.Process) {
+		if t.State == taskRunning && execdriver.Ended(t.Process) {
 			// No readable exit file is a nil exit: the shim recorded
 			// nothing, which judgeExit describes.
-			exit, _ := readExit(newTaskPaths(allocDir, t.Name))
-			t = r.updateTask(t.Name, func(t *taskRecord) { judgeExit(t, exit) })
+			exit, _ := execdriver.ReadExit(execdriver.NewTaskPaths(allocDir, t.Name))
+			now := time.Now().UnixNano()
+			t = r.updateTask(t.Name, func(t *taskRecord) {
+				judgeExit(t, exit)
+				t.Events = structs.AppendTaskEvent(t.Events, exitDetails(structs.NewTaskEvent(structs.TaskTerminated, now), exit))
+			})
 			r.logger.Info("task ended", "task", t.Name, "failed", t.Failed, "outcome", t.Description)
+			if r.pluginTaskEnded(task, t) {
+				t = r.task(t.Name)
+			}
 			r.report()
 		}
 		switch {
@@ -330,9 +417,20 @@ func (r *allocRunner) pollTasks() (live []string, failed string) {
 // client.
 func (r *allocRunner) signal(names []string, sig syscall.Signal) {
 	for _, name := range names {
-		t := r.updateTask(name, func(t *taskRecord) { t.Stopping = true })
-		if err := signalTask(t.Process, sig); err != nil {
-			r.logger.Warn("signalling task", "task", name, "signal", signalName(sig), "error", err)
+		if r.task(name).State != taskRunning {
+			// A task waiting to restart has no process: its old process
+			// group may be someone else's by now.
+			continue
+		}
+		t := r.updateTask(name, func(t *taskRecord) {
+			if !t.Stopping && sig == syscall.SIGTERM {
+				t.Events = structs.AppendTaskEvent(t.Events, structs.NewTaskEvent(structs.TaskKilling, structs.NowNano()).
+					SetDisplayMessage(fmt.Sprintf("Sent interrupt. Waiting %v before force killing", r.m.c.config.TaskKillTimeout)))
+			}
+			t.Stopping = true
+		})
+		if err := execdriver.Signal(t.Process, sig); err != nil {
+			r.logger.Warn("signalling task", "task", name, "signal", execdriver.SignalName(sig), "error", err)
 		}
 	}
 }
@@ -371,6 +469,7 @@ func (r *allocRunner) finish(status, description string) {
 	r.rec.Done, r.rec.FinishedAt = true, structs.NowNano()
 	r.rec.ClientStatus, r.rec.ClientDescription = status, description
 	r.mu.Unlock()
+	r.deregisterPlugins()
 	r.logger.Info("allocation ended", "status", status, "description", description)
 	r.persist(true, nil, nil)
 	r.report()
@@ -504,7 +603,10 @@ func taskState(t *taskRecord) *structs.TaskState {
 	if t == nil {
 		return &structs.TaskState{State: structs.TaskStatePending}
 	}
-	ts := &structs.TaskState{State: t.State, Failed: t.Failed, Description: t.Description, StartedAt: t.StartedAt}
+	ts := &structs.TaskState{
+		State: t.State, Failed: t.Failed, Description: t.Description, StartedAt: t.StartedAt,
+		Restarts: t.Restarts, Events: slices.Clone(t.Events),
+	}
 	if t.Exit != nil {
 		ts.FinishedAt = t.Exit.FinishedAt
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/plugins/csi"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
@@ -246,7 +247,7 @@ func (r *allocRunner) retry(ctx context.Context, alias string, op func() error, 
 // unstages a volume this allocation is about to use.
 func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.VolumeRequest, vol *structs.CSIVolume) error {
 	v := r.volume(alias, req)
-	plugin, _, err := r.m.c.plugins.node(v.PluginID)
+	plugin, _, err := r.m.c.plugins.Node(v.PluginID)
 	if err != nil {
 		return err
 	}
@@ -261,10 +262,10 @@ func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.Vo
 	}
 	staging := ""
 	if caps.StageUnstage {
-		staging = r.m.c.paths.StagingPath(v.PluginID, v.Namespace, v.VolumeID, UsageMode(v.AccessMode, v.AttachmentMode, v.ReadOnly))
+		staging = r.m.c.paths.StagingPath(v.PluginID, v.Namespace, v.VolumeID, state.UsageMode(v.AccessMode, v.AttachmentMode, v.ReadOnly))
 	}
 	v = r.updateVolume(alias, func(v *volumeRecord) { v.StagingPath = staging })
-	if err := r.m.c.usage.Add(VolumeUsage{
+	if err := r.m.c.usage.Add(state.VolumeUsage{
 		AllocID: r.id, PluginID: v.PluginID, Namespace: v.Namespace, VolumeID: v.VolumeID, ExternalID: v.ExternalID,
 		AccessMode: v.AccessMode, AttachmentMode: v.AttachmentMode, ReadOnly: v.ReadOnly,
 		StagingPath: staging, TargetPath: v.TargetPath,

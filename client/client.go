@@ -2,14 +2,20 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	netrpc "net/rpc"
 	"os"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/volplane/volplane/client/csimanager"
+	"github.com/volplane/volplane/client/serverconn"
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/clientrpc"
+	"github.com/volplane/volplane/rpc"
 )
 
 // Client is one client agent.
@@ -17,23 +23,22 @@ type Client struct {
 	config *Config
 	logger hclog.Logger
 	id     *identity
-	paths  CSIPaths
-	usage  *UsageRegistry
+	paths  state.CSIPaths
+	usage  *state.UsageRegistry
 
-	plugins   *pluginManager
+	plugins   *csimanager.Manager
 	rpcServer *netrpc.Server
 	// calls gives the calls servers make on this client their contexts,
 	// which end when the server stops waiting.
 	calls   *clientrpc.Calls
-	servers *serverList
-	allocs  *allocManager
+	servers *serverconn.List
+	// server is the session with the server in use.
+	server *serverconn.Conn
+	allocs *allocManager
 	// volumeLocks serialises, per volume, the allocation runners' stage
 	// and publish with the servers' node detaches, so that a detach never
 	// unstages a volume another allocation is being published from.
 	volumeLocks keyedMutex
-
-	connMu sync.Mutex
-	cur    *serverConn
 
 	// heartbeatNow wakes the heartbeat loop early (a fingerprint changed).
 	heartbeatNow chan struct{}
@@ -65,7 +70,7 @@ func NewClient(cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	usage, err := OpenUsageRegistry(cfg.DataDir)
+	usage, err := state.OpenUsageRegistry(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -74,9 +79,9 @@ func NewClient(cfg *Config) (*Client, error) {
 		config:       cfg,
 		logger:       cfg.Logger.Named("client"),
 		id:           id,
-		paths:        NewCSIPaths(cfg.DataDir),
+		paths:        state.NewCSIPaths(cfg.DataDir),
 		usage:        usage,
-		servers:      newServerList(cfg.Servers),
+		servers:      serverconn.NewList(cfg.Servers),
 		heartbeatNow: make(chan struct{}, 1),
 		registered:   make(chan struct{}),
 		ctx:          ctx,
@@ -87,16 +92,31 @@ func NewClient(cfg *Config) (*Client, error) {
 		cancel()
 		return nil, err
 	}
-	if cl.plugins, err = newPluginManager(cfg, cl.logger, cl.triggerHeartbeat); err != nil {
+	var tlsConfig func() *tls.Config
+	if cfg.TLS != nil {
+		tlsConfig = cfg.TLS.OutgoingRPC
+	}
+	cl.server = serverconn.New(serverconn.Config{
+		Servers: cl.servers, TLS: tlsConfig, Timeout: cfg.RPCTimeout, Logger: cl.logger,
+		Accept: func(stream net.Conn) {
+			cl.rpcServer.ServeCodec(cl.calls.ServerCodec(rpc.NewServerCodec(stream, 0)))
+		},
+		GoFunc: cl.goFunc, Done: ctx.Done(),
+	})
+	cl.plugins, err = csimanager.New(csimanager.Config{
+		Plugins: cfg.Plugins, Interval: cfg.FingerprintInterval, Threshold: cfg.UnhealthyThreshold,
+		GoneTTL: cfg.PluginGoneTTL, NewFingerprinter: cfg.newFingerprinter, Observed: cfg.onFingerprint,
+	}, cl.logger, cl.triggerHeartbeat)
+	if err != nil {
 		cancel()
 		return nil, err
 	}
 	if cl.allocs, err = newAllocManager(cl); err != nil {
-		cl.plugins.close()
+		cl.plugins.Close()
 		cancel()
 		return nil, err
 	}
-	cl.plugins.run(ctx, cl.goFunc)
+	cl.plugins.Run(ctx, cl.goFunc)
 	cl.goFunc(cl.heartbeatLoop)
 	cl.allocs.start()
 	cl.logger.Info("client started", "node_id", id.NodeID, "name", cfg.NodeName,
@@ -128,15 +148,15 @@ func (c *Client) Registered() <-chan struct{} { return c.registered }
 
 // Usage is the record of which allocation has which volume published on
 // this node.
-func (c *Client) Usage() *UsageRegistry { return c.usage }
+func (c *Client) Usage() *state.UsageRegistry { return c.usage }
 
 // Paths is the layout of CSI staging and target paths on this node.
-func (c *Client) Paths() CSIPaths { return c.paths }
+func (c *Client) Paths() state.CSIPaths { return c.paths }
 
 // Servers returns the server addresses the client knows, in the order it
 // tries them, and the one in use.
 func (c *Client) Servers() (all []string, current string) {
-	return c.servers.all(), c.servers.get()
+	return c.servers.All(), c.servers.Get()
 }
 
 // Shutdown stops every goroutine the client started and waits for them.
@@ -154,11 +174,11 @@ func (c *Client) Shutdown() error {
 		c.wgMu.Unlock()
 		// Closing the session ends the server calls being served; their
 		// plugin calls were cancelled with c.ctx.
-		c.closeConn()
+		c.server.Close()
 		c.wg.Wait()
 		// A heartbeat may have opened a session after the first close.
-		c.closeConn()
-		c.plugins.close()
+		c.server.Close()
+		c.plugins.Close()
 		c.allocs.close()
 	})
 	return nil
@@ -170,4 +190,21 @@ func (c *Client) triggerHeartbeat() {
 	case c.heartbeatNow <- struct{}{}:
 	default:
 	}
+}
+
+// rpc calls the servers (see serverconn.Conn.RPC).
+func (c *Client) rpc(method string, args, reply any) error {
+	return c.server.RPC(method, args, reply)
+}
+
+// newRPCServer returns the server of the calls servers make to this client.
+func (c *Client) newRPCServer() (*netrpc.Server, error) {
+	srv := netrpc.NewServer()
+	if err := srv.RegisterName("ClientCSI", &ClientCSI{c: c}); err != nil {
+		return nil, err
+	}
+	if err := srv.RegisterName("FileSystem", &FileSystem{c: c}); err != nil {
+		return nil, err
+	}
+	return srv, nil
 }

@@ -1,15 +1,15 @@
 // Package client is the client agent: it keeps its node registered with the
-// servers and heartbeating over one yamux session, fingerprints the CSI
-// plugins on its machine and reports their health, serves the ClientCSI
-// calls the servers make back over that session, and runs the allocations
-// placed on its node (claim, stage and publish their volumes, run their
-// tasks, report), keeping their state in a local database so that a
+// servers and heartbeating over one yamux session (serverconn), reports the
+// health of the CSI plugins on its machine (csimanager), serves the
+// ClientCSI calls the servers make back over that session, and runs the
+// allocations placed on its node (claim, stage and publish their volumes,
+// run their tasks through execdriver, supervise the tasks that are CSI
+// plugins, report), keeping their state in a local database so that a
 // restarted agent resumes them without the servers.
 package client
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/volplane/volplane/client/csimanager"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/tlsutil"
 )
@@ -33,20 +34,12 @@ const (
 	DefaultClaimBackoffMax     = 30 * time.Second
 	DefaultTaskKillTimeout     = 5 * time.Second
 	DefaultTaskPollInterval    = 250 * time.Millisecond
+	DefaultTaskRestartDelay    = 15 * time.Second
 	DefaultFinishedAllocsKept  = 50
 )
 
-// PluginConfig is one CSI plugin the client drives.
-type PluginConfig struct {
-	// ID is the plugin ID volumes name (plugin_id).
-	ID string
-	// Endpoint is the plugin's socket, "unix:///abs/path.sock".
-	Endpoint string
-	// Type says which services of the plugin this instance runs; "" means
-	// what the plugin's capabilities say (monolith when it offers the
-	// controller service, node otherwise).
-	Type structs.CSIPluginType
-}
+// PluginConfig is one CSI plugin the client drives (see csimanager).
+type PluginConfig = csimanager.PluginConfig
 
 // Config is everything a client agent needs to start.
 type Config struct {
@@ -97,6 +90,10 @@ type Config struct {
 	// TaskPollInterval is how often the processes of running tasks are
 	// checked for their exit.
 	TaskPollInterval time.Duration
+	// TaskRestartDelay is the pause before the first restart of a plugin
+	// task that died (Nomad's restart delay); it doubles with each restart
+	// within the restart policy's interval.
+	TaskRestartDelay time.Duration
 	// FinishedAllocsKept is how many finished allocations (whose volumes
 	// were released) the client keeps, with their task logs, the newest
 	// first; it forgets the others, and any the servers no longer list.
@@ -104,7 +101,7 @@ type Config struct {
 
 	// newFingerprinter replaces the CSI client for tests of the plugin
 	// manager; nil means the real one.
-	newFingerprinter func(PluginConfig, hclog.Logger) (fingerprinter, error)
+	newFingerprinter func(PluginConfig, hclog.Logger) (csimanager.Fingerprinter, error)
 	// onFingerprint, when set, is told the outcome of every fingerprint:
 	// the failures in a row and whether the instance is reported healthy.
 	onFingerprint func(pluginID string, failures int, healthy bool)
@@ -143,6 +140,7 @@ func (c *Config) normalize() error {
 	c.ClaimBackoffMax = max(c.ClaimBackoffMax, c.ClaimBackoffMin)
 	orDefault(&c.TaskKillTimeout, DefaultTaskKillTimeout)
 	orDefault(&c.TaskPollInterval, DefaultTaskPollInterval)
+	orDefault(&c.TaskRestartDelay, DefaultTaskRestartDelay)
 	orDefault(&c.FinishedAllocsKept, DefaultFinishedAllocsKept)
 	orDefault(&c.serverRetryMax, retryMax)
 	orDefault(&c.orphanSweepMin, orphanSweepRetryMin)
@@ -167,7 +165,7 @@ func (c *Config) normalize() error {
 	}
 	seen := map[string]bool{}
 	for _, p := range c.Plugins {
-		if err := p.validate(); err != nil {
+		if err := p.Validate(); err != nil {
 			m.Add("csi plugin %q: %v", p.ID, err)
 			continue
 		}
@@ -189,65 +187,6 @@ func orDefault[T int | time.Duration](v *T, d T) {
 	}
 }
 
-// validate checks a plugin's settings; its errors do not repeat the ID.
-func (p PluginConfig) validate() error {
-	if err := structs.ValidateID("plugin id", p.ID); err != nil {
-		return errors.New(structs.MessageOf(err))
-	}
-	if _, err := endpointPath(p.Endpoint); err != nil {
-		return err
-	}
-	if p.Type != "" && !p.Type.Valid() {
-		return fmt.Errorf("unknown type %q (want monolith, node or controller)", p.Type)
-	}
-	return nil
-}
-
-// endpointPath returns the socket path of a "unix:///abs/path" endpoint
-// (a bare absolute path is accepted too).
-func endpointPath(endpoint string) (string, error) {
-	path := endpoint
-	if rest, ok := strings.CutPrefix(endpoint, "unix://"); ok {
-		path = rest
-	} else if strings.Contains(endpoint, "://") {
-		return "", fmt.Errorf("endpoint %q: only unix:// sockets are supported", endpoint)
-	}
-	switch {
-	case endpoint == "":
-		return "", errors.New("missing endpoint")
-	case path == "" || !filepath.IsAbs(path):
-		return "", fmt.Errorf("endpoint %q: want unix:///absolute/path.sock", endpoint)
-	}
-	return filepath.Clean(path), nil
-}
-
 // ParsePluginFlag parses a -csi-plugin flag:
 // "ID=unix:///path/csi.sock[,type=monolith|node|controller]".
-func ParsePluginFlag(s string) (PluginConfig, error) {
-	id, rest, ok := strings.Cut(s, "=")
-	if !ok {
-		return PluginConfig{}, fmt.Errorf("csi plugin %q: want ID=unix:///path/csi.sock[,type=monolith|node|controller]", s)
-	}
-	parts := strings.Split(rest, ",")
-	p := PluginConfig{ID: strings.TrimSpace(id), Endpoint: strings.TrimSpace(parts[0])}
-	for _, opt := range parts[1:] {
-		k, v, ok := strings.Cut(opt, "=")
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		switch {
-		case !ok:
-			return PluginConfig{}, fmt.Errorf("csi plugin %q: option %q is not key=value", s, opt)
-		case k != "type":
-			return PluginConfig{}, fmt.Errorf("csi plugin %q: unknown option %q (only type is known)", s, k)
-		case p.Type != "":
-			return PluginConfig{}, fmt.Errorf("csi plugin %q: type is given twice", s)
-		}
-		p.Type = structs.CSIPluginType(v)
-		if !p.Type.Valid() {
-			return PluginConfig{}, fmt.Errorf("csi plugin %q: unknown type %q (want monolith, node or controller)", s, v)
-		}
-	}
-	if err := p.validate(); err != nil {
-		return PluginConfig{}, fmt.Errorf("csi plugin %q: %v", s, err)
-	}
-	return p, nil
-}
+func ParsePluginFlag(s string) (PluginConfig, error) { return csimanager.ParsePluginFlag(s) }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/plugins/csi"
 	"github.com/volplane/volplane/structs"
 )
@@ -180,7 +181,7 @@ func (e *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequ
 	// is one, gives the paths it was published at.
 	ctx, cancel := e.c.calls.Context(args)
 	defer cancel()
-	_, err := e.nodeDetach(ctx, name, &nodeDetachRequest{VolumeUsage: VolumeUsage{
+	_, err := e.nodeDetach(ctx, name, &nodeDetachRequest{VolumeUsage: state.VolumeUsage{
 		AllocID: args.AllocID, PluginID: args.PluginID, Namespace: args.RequestNamespace(), VolumeID: args.VolumeID,
 		ExternalID: externalID, AccessMode: args.AccessMode, AttachmentMode: args.AttachmentMode, ReadOnly: args.ReadOnly,
 		StagingPath: usage.StagingPath, TargetPath: usage.TargetPath,
@@ -197,7 +198,7 @@ type nodeDetachRequest struct {
 	// VolumeUsage names the allocation, the volume and its modes; its
 	// paths count only when recorded says the use was found in the usage
 	// registry (read before the request was checked).
-	VolumeUsage
+	state.VolumeUsage
 	recorded bool
 	// onlyRecorded undoes the recorded use only: once the volume is
 	// locked, a record that is gone means another detach got there first
@@ -216,7 +217,7 @@ func (e *ClientCSI) nodeDetach(ctx context.Context, name string, d *nodeDetachRe
 	if err := e.c.allocs.checkDetach(d.AllocID); err != nil {
 		return false, structs.Wrap(err, "%s: volume %q", name, d.VolumeID)
 	}
-	plugin, nodeInfo, err := e.c.plugins.node(d.PluginID)
+	plugin, nodeInfo, err := e.c.plugins.Node(d.PluginID)
 	if err != nil {
 		return false, err
 	}
@@ -243,7 +244,7 @@ func (e *ClientCSI) nodeDetach(ctx context.Context, name string, d *nodeDetachRe
 	}
 	target := e.c.paths.TargetPath(d.AllocID, d.VolumeID)
 	staging := e.c.paths.StagingPath(d.PluginID, d.Namespace, d.VolumeID,
-		UsageMode(d.AccessMode, d.AttachmentMode, d.ReadOnly))
+		state.UsageMode(d.AccessMode, d.AttachmentMode, d.ReadOnly))
 	stages := nodeInfo.NodeInfo != nil && nodeInfo.NodeInfo.RequiresNodeStageVolume
 	if recorded {
 		// The paths the volume was published at win over today's scheme.
@@ -285,7 +286,7 @@ func (e *ClientCSI) controllerCall(name string, m *structs.MultiError, args any,
 	if err := e.check(name, m, target); err != nil {
 		return nil, nil, nil, err
 	}
-	plugin, err := e.c.plugins.controller(pluginID)
+	plugin, err := e.c.plugins.Controller(pluginID)
 	if err != nil {
 		return nil, nil, nil, err
 	}

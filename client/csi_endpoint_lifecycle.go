@@ -153,7 +153,7 @@ func (e *ClientCSI) NodeExpandVolume(args *structs.ClientCSINodeExpandVolumeRequ
 	if err := e.check(name, &m, args.ClientCSITarget); err != nil {
 		return err
 	}
-	plugin, info, err := e.c.plugins.node(args.PluginID)
+	plugin, info, err := e.c.plugins.Node(args.PluginID)
 	if err != nil {
 		return err
 	}
@@ -203,7 +203,7 @@ func (e *ClientCSI) capableControllerCall(name string, m *structs.MultiError, ar
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if info := e.c.plugins.controllerInfo(pluginID); !info.Has(need) {
+	if info := e.c.plugins.ControllerInfo(pluginID); !info.Has(need) {
 		cancel()
 		return nil, nil, nil, structs.ErrInvalid("%s: plugin %q on node %q does not advertise the controller capability %s",
 			name, pluginID, e.c.id.NodeID, need)

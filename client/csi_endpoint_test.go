@@ -12,6 +12,8 @@ import (
 	"github.com/shoenig/test/must"
 	"google.golang.org/grpc/codes"
 
+	"github.com/volplane/volplane/client/csimanager"
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/plugins/csi"
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/rpc"
@@ -47,7 +49,7 @@ func newCSIHarness(t *testing.T) *csiHarness {
 func (h *csiHarness) waitHealthy(t *testing.T, healthy bool) {
 	t.Helper()
 	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
-		_, n := h.c.plugins.instances["dev"].report()
+		_, n, _ := h.c.plugins.Report(csimanager.StaticKey("dev"))
 		if n == nil || n.Healthy != healthy {
 			return false, fmt.Errorf("plugin instance is %+v", n)
 		}
@@ -201,9 +203,9 @@ func TestClientCSI_NodeDetach(t *testing.T) {
 
 	// Do what the allocation runner will do: stage once, publish for two
 	// allocations, and record both uses.
-	plugin := h.c.plugins.instances["dev"].calls
+	plugin := h.c.plugins.CSIClient(csimanager.StaticKey("dev"))
 	paths := h.c.Paths()
-	mode := UsageMode(caps[0].AccessMode, caps[0].AttachmentMode, false)
+	mode := state.UsageMode(caps[0].AccessMode, caps[0].AttachmentMode, false)
 	staging := paths.StagingPath("dev", "", "shared", mode)
 	capability := &csi.VolumeCapability{AccessMode: caps[0].AccessMode, AttachmentMode: caps[0].AttachmentMode}
 	must.NoError(t, os.MkdirAll(staging, 0o700))
@@ -218,7 +220,7 @@ func TestClientCSI_NodeDetach(t *testing.T) {
 			ExternalID: ext, StagingPath: staging, TargetPath: target, Capability: capability,
 			PublishContext: attached.PublishContext,
 		}))
-		must.NoError(t, h.c.Usage().Add(VolumeUsage{
+		must.NoError(t, h.c.Usage().Add(state.VolumeUsage{
 			AllocID: alloc, PluginID: "dev", VolumeID: "shared", ExternalID: ext,
 			AccessMode: caps[0].AccessMode, AttachmentMode: caps[0].AttachmentMode,
 			StagingPath: staging, TargetPath: target,

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/volplane/volplane/client/execdriver"
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -54,7 +56,7 @@ func (e *FileSystem) Logs(args *structs.FSLogsRequest, reply *structs.FSLogsResp
 	if err != nil {
 		return err
 	}
-	paths := newTaskPaths(e.c.allocDir(r.id), task)
+	paths := execdriver.NewTaskPaths(e.c.allocDir(r.id), task)
 	path := paths.Stdout
 	if logType == structs.LogTypeStderr {
 		path = paths.Stderr
@@ -74,7 +76,7 @@ func (e *FileSystem) Logs(args *structs.FSLogsRequest, reply *structs.FSLogsResp
 		return structs.ErrInvalid("logs: unknown origin %q: want %s or %s", args.Origin, structs.LogOriginStart, structs.LogOriginEnd)
 	}
 	reply.Task = task
-	reply.File = "alloc/logs/" + segment(task) + "." + logType
+	reply.File = "alloc/logs/" + state.Segment(task) + "." + logType
 	for {
 		// Whether the task ended is read before the log, so that a task
 		// that ends meanwhile is not reported done before its last output

@@ -27,7 +27,7 @@ const (
 // call is logged and tried again with backoff.
 func (c *Client) heartbeatLoop() {
 	select {
-	case <-c.plugins.firstRound:
+	case <-c.plugins.FirstRound():
 	case <-time.After(firstFingerprintWait):
 		c.logger.Warn("plugins have not all answered a first fingerprint; registering without them")
 	case <-c.ctx.Done():
@@ -118,16 +118,16 @@ func (h *heartbeater) beat() error {
 		// an operator can fix it; keep trying so the node comes back when
 		// they do.
 		log.Error("servers refused the node's "+what+": the node secret does not match the one the node registered with; "+
-			"restore the data dir's "+identityFile+" (or remove the node from the servers and the file to join as a new node)", "server", h.c.servers.get())
+			"restore the data dir's "+identityFile+" (or remove the node from the servers and the file to join as a new node)", "server", h.c.servers.Get())
 	default:
-		log.Warn(what+" failed; retrying", "servers", h.c.servers.all())
+		log.Warn(what+" failed; retrying", "servers", h.c.servers.All())
 	}
 	h.lastLogged = time.Now()
 	return err
 }
 
 func (h *heartbeater) register() error {
-	controllers, nodes := h.c.plugins.fingerprints()
+	controllers, nodes := h.c.plugins.Fingerprints()
 	args := &structs.NodeRegisterRequest{Node: h.c.node(controllers, nodes), IntroToken: h.c.config.IntroToken}
 	var reply structs.NodeUpdateResponse
 	if err := h.c.rpc("Node.Register", args, &reply); err != nil {
@@ -137,14 +137,14 @@ func (h *heartbeater) register() error {
 	h.registered = true
 	h.sentControllers, h.sentNodes = controllers, nodes
 	h.c.regOnce.Do(func() {
-		h.c.logger.Info("node registered", "node_id", h.c.id.NodeID, "server", h.c.servers.get(), "heartbeat_ttl", reply.HeartbeatTTL)
+		h.c.logger.Info("node registered", "node_id", h.c.id.NodeID, "server", h.c.servers.Get(), "heartbeat_ttl", reply.HeartbeatTTL)
 		close(h.c.registered)
 	})
 	return nil
 }
 
 func (h *heartbeater) heartbeat() error {
-	controllers, nodes := h.c.plugins.fingerprints()
+	controllers, nodes := h.c.plugins.Fingerprints()
 	args := &structs.NodeUpdateStatusRequest{
 		NodeID:   h.c.id.NodeID,
 		SecretID: h.c.id.SecretID,
@@ -183,7 +183,7 @@ func (h *heartbeater) accepted(reply *structs.NodeUpdateResponse) {
 	if reply.HeartbeatTTL > 0 {
 		h.ttl = reply.HeartbeatTTL
 	}
-	h.c.servers.learn(reply.Servers)
+	h.c.servers.Learn(reply.Servers)
 }
 
 // interval is the pause before the next heartbeat: about half the TTL,

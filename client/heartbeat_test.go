@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/client/csimanager"
 	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -39,7 +40,7 @@ func (f *fakeFingerprinter) Close() error { return nil }
 func withFakePlugin(fp *fakeFingerprinter) func(*Config) {
 	return func(cfg *Config) {
 		cfg.Plugins = []PluginConfig{{ID: "fake", Endpoint: "unix:///nonexistent/fake.sock"}}
-		cfg.newFingerprinter = func(PluginConfig, hclog.Logger) (fingerprinter, error) { return fp, nil }
+		cfg.newFingerprinter = func(PluginConfig, hclog.Logger) (csimanager.Fingerprinter, error) { return fp, nil }
 	}
 }
 
@@ -160,23 +161,4 @@ func TestHeartbeat_MovesToNextServer(t *testing.T) {
 	second.mux.Close()
 	before := len(first.recorded())
 	waitRequest(t, first, before, isHeartbeat)
-}
-
-// Servers named in replies join the list the client fails over to.
-func TestServerList_Learn(t *testing.T) {
-	l := newServerList([]string{"a:1"})
-	l.learn(nil)
-	must.Eq(t, []string{"a:1"}, l.all())
-	l.learn([]string{"b:1", "a:1", "c:1", "b:1"})
-	must.Eq(t, []string{"a:1", "b:1", "c:1"}, l.all())
-	must.Eq(t, "a:1", l.get())
-	l.failed("a:1")
-	must.Eq(t, "b:1", l.get())
-	l.failed("a:1") // someone else already moved on
-	must.Eq(t, "b:1", l.get())
-	l.failed("b:1")
-	l.failed("c:1")
-	must.Eq(t, "a:1", l.get(), must.Sprint("the list wraps around"))
-	l.learn([]string{"d:1"})
-	must.Eq(t, []string{"a:1", "d:1"}, l.all(), must.Sprint("configured servers stay"))
 }

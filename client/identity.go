@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 
 	"github.com/hashicorp/go-uuid"
+
+	"github.com/volplane/volplane/client/state"
 )
 
 // identityFile holds the node's ID and secret in the data dir.
@@ -56,36 +58,8 @@ func loadOrCreateIdentity(dir string) (*identity, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(path, append(buf, '\n')); err != nil {
+	if err := state.WriteFileAtomic(path, append(buf, '\n')); err != nil {
 		return nil, fmt.Errorf("writing the node identity file: %w", err)
 	}
 	return id, nil
-}
-
-// writeFileAtomic writes data to path through a temporary file in the same
-// directory and a rename, with mode 0600, so that a crash leaves either the
-// old file or the new one, never half of one.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	// The rename must not reach the disk before the data does.
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

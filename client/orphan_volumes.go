@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -154,8 +155,8 @@ func (m *allocManager) sweep(ctx context.Context, lastErr map[string]string) (pe
 // longer runs here: its runner ended, or it has none. Those of an
 // allocation that still sets up or runs are released by the servers once
 // it ends, and are never the sweep's.
-func (m *allocManager) orphanCandidates() []VolumeUsage {
-	var out []VolumeUsage
+func (m *allocManager) orphanCandidates() []state.VolumeUsage {
+	var out []state.VolumeUsage
 	for _, u := range m.c.usage.All() {
 		if m.checkDetach(u.AllocID) == nil {
 			out = append(out, u)
@@ -166,7 +167,7 @@ func (m *allocManager) orphanCandidates() []VolumeUsage {
 
 // releasedByServers asks the leader whether the servers are done with the
 // allocation's claim on the volume.
-func (m *allocManager) releasedByServers(u VolumeUsage) (bool, error) {
+func (m *allocManager) releasedByServers(u state.VolumeUsage) (bool, error) {
 	args := &structs.CSIVolumeGetRequest{ID: u.VolumeID}
 	args.Namespace = u.Namespace
 	// The leader's answer: a follower's state may not have seen the claim

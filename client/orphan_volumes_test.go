@@ -10,6 +10,7 @@ import (
 	"github.com/shoenig/test/must"
 	"google.golang.org/grpc/codes"
 
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/server"
 	"github.com/volplane/volplane/structs"
@@ -29,7 +30,7 @@ type lostAlloc struct {
 	// ext is the volume's external ID, usage its recorded use on the
 	// victim before it went away.
 	ext   string
-	usage VolumeUsage
+	usage state.VolumeUsage
 	shim  TaskState
 	// lostAt is a time after which the victim's node was never called for
 	// the volume.

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/shoenig/test/must"
+
+	"github.com/volplane/volplane/client/execdriver"
 )
 
 func TestVolumeEnvVar(t *testing.T) {
@@ -21,17 +23,17 @@ func TestVolumeEnvVar(t *testing.T) {
 func TestJudgeExit(t *testing.T) {
 	for _, tc := range []struct {
 		stopping bool
-		exit     *taskExit
+		exit     *execdriver.TaskExit
 		failed   bool
 		want     string
 	}{
-		{exit: &taskExit{}, want: "task t: exit code 0"},
-		{exit: &taskExit{ExitCode: 2}, failed: true, want: "task t: exit code 2"},
-		{exit: &taskExit{ExitCode: -1, Signal: "SIGSEGV"}, failed: true, want: "task t: killed by SIGSEGV"},
-		{exit: &taskExit{ExitCode: -1, StartError: "exec: boom"}, failed: true, want: "task t: exec: boom"},
+		{exit: &execdriver.TaskExit{}, want: "task t: exit code 0"},
+		{exit: &execdriver.TaskExit{ExitCode: 2}, failed: true, want: "task t: exit code 2"},
+		{exit: &execdriver.TaskExit{ExitCode: -1, Signal: "SIGSEGV"}, failed: true, want: "task t: killed by SIGSEGV"},
+		{exit: &execdriver.TaskExit{ExitCode: -1, StartError: "exec: boom"}, failed: true, want: "task t: exec: boom"},
 		{failed: true, want: "task t: ended without an exit status (its supervisor was killed)"},
-		{stopping: true, exit: &taskExit{ExitCode: -1, Signal: "SIGTERM"}, want: "task t: stopped (SIGTERM)"},
-		{stopping: true, exit: &taskExit{ExitCode: 143}, want: "task t: stopped (exit code 143)"},
+		{stopping: true, exit: &execdriver.TaskExit{ExitCode: -1, Signal: "SIGTERM"}, want: "task t: stopped (SIGTERM)"},
+		{stopping: true, exit: &execdriver.TaskExit{ExitCode: 143}, want: "task t: stopped (exit code 143)"},
 		{stopping: true, want: "task t: killed"},
 	} {
 		tr := &taskRecord{Name: "t", State: taskRunning, Stopping: tc.stopping}

@@ -54,7 +54,7 @@ func (c *AllocStatusCommand) Run(args []string) int {
 				out += "\n\nWaiting\n" + waits
 			}
 			if len(alloc.TaskStates) > 0 {
-				out += "\n\nTasks\n" + taskStates(alloc)
+				out += "\n\nTasks\n" + taskStates(alloc) + taskEvents(alloc)
 			}
 			c.Ui.Output(out)
 			return 0
@@ -238,4 +238,31 @@ func taskStates(a *structs.Allocation) string {
 		rows = append(rows, []string{name, ts.State, yesNo(ts.Failed), unixNano(ts.StartedAt), unixNano(ts.FinishedAt), ts.Description})
 	}
 	return table([]string{"Task", "State", "Failed", "Started", "Finished", "Description"}, rows)
+}
+
+// taskEvents shows each task's recent events, the newest first, as
+// Nomad's alloc status does.
+func taskEvents(a *structs.Allocation) string {
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(a.TaskStates)) {
+		ts := a.TaskStates[name]
+		if ts == nil || len(ts.Events) == 0 {
+			continue
+		}
+		var rows [][]string
+		for i := len(ts.Events) - 1; i >= 0; i-- {
+			e := ts.Events[i]
+			if e == nil {
+				continue
+			}
+			desc := e.DisplayMessage
+			if desc == "" {
+				desc = e.Message
+			}
+			rows = append(rows, []string{unixNano(e.Time), e.Type, desc})
+		}
+		fmt.Fprintf(&b, "\n\nTask %q is %q\nRecent Events:\n%s", name, ts.State,
+			table([]string{"Time", "Type", "Description"}, rows))
+	}
+	return b.String()
 }

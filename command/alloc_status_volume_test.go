@@ -1,6 +1,7 @@
 package command
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -60,4 +61,24 @@ ref     reference  published
 
 Waiting
 data (vol[0], claiming): `)
+}
+
+// Each task's recent events show under "Recent Events", the newest first,
+// as Nomad's alloc status shows them.
+func TestAllocStatus_TaskEvents(t *testing.T) {
+	at := func(s int) int64 { return time.Date(2026, 1, 2, 3, 4, s, 0, time.UTC).UnixNano() }
+	a := testAlloc()
+	var events []*structs.TaskEvent
+	events = structs.AppendTaskEvent(events, structs.NewTaskEvent(structs.TaskStarted, at(1)))
+	events = structs.AppendTaskEvent(events, structs.NewTaskEvent(structs.TaskPluginHealthy, at(2)).SetMessage("plugin: dev"))
+	a.TaskStates = map[string]*structs.TaskState{"plugin": {State: structs.TaskStateRunning, Events: events}, "quiet": {State: structs.TaskStatePending}}
+	out := taskEvents(a)
+	must.StrContains(t, out, "Task \"plugin\" is \"running\"\nRecent Events:\n")
+	must.StrNotContains(t, out, "quiet")
+	lines := strings.Split(strings.TrimSpace(out[strings.Index(out, "Recent Events:"):]), "\n")
+	must.SliceLen(t, 4, lines)
+	must.StrContains(t, lines[1], "Time")
+	must.StrContains(t, lines[2], "Plugin became healthy")
+	must.StrContains(t, lines[2], "plugin: dev")
+	must.StrContains(t, lines[3], "Task started by client")
 }

@@ -32,7 +32,7 @@ func (c *CSIDevPluginCommand) Synopsis() string { return "Run the development CS
 
 func (c *CSIDevPluginCommand) Help() string {
 	return strings.TrimSpace(`
-Usage: volplane csi-dev-plugin -endpoint unix:///path.sock -state-dir DIR [options]
+Usage: volplane csi-dev-plugin [-endpoint unix:///path.sock] -state-dir DIR [options]
 
   Runs volplane's development CSI plugin (Identity, Controller and Node
   services, plugin name dev.csi.volplane.io) until it is interrupted (SIGINT
@@ -40,9 +40,12 @@ Usage: volplane csi-dev-plugin -endpoint unix:///path.sock -state-dir DIR [optio
   several instances started with the same state directory share them, as the
   nodes of one storage system, each under its own node ID.
 
-  -endpoint=ADDR        The unix socket to serve on (unix:///path or a path).
+  -endpoint=ADDR        The unix socket to serve on (unix:///path or a path);
+                        default $CSI_ENDPOINT, which the client sets for a
+                        task with a csi_plugin block.
   -state-dir=DIR        Where volumes, state, the call log and faults.json live.
-  -node-id=ID           This node's ID (default: the host name).
+  -node-id=ID           This node's ID (default: $VOLPLANE_NODE_ID, which the
+                        client sets for its tasks, else the host name).
   -max-volumes=N        Volumes that may be published to this node at once
                         (default 0: no limit).
   -topology=KEY=VALUE   A segment of this node's topology; repeatable.
@@ -113,8 +116,17 @@ func (c *CSIDevPluginCommand) Run(args []string) int {
 	case fs.NArg() > 0:
 		c.UI.Error(fmt.Sprintf("Error: csi-dev-plugin takes no arguments, got %q\n\n%s", fs.Args(), c.Help()))
 		return 1
-	case cfg.Endpoint == "" || cfg.StateDir == "":
-		c.UI.Error("Error: -endpoint and -state-dir are required\n\n" + c.Help())
+	}
+	// Run as a plugin task (a csi_plugin block), the client names the
+	// socket in CSI_ENDPOINT and the node in VOLPLANE_NODE_ID; flags win.
+	if cfg.Endpoint == "" {
+		cfg.Endpoint = os.Getenv("CSI_ENDPOINT")
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = os.Getenv("VOLPLANE_NODE_ID")
+	}
+	if cfg.Endpoint == "" || cfg.StateDir == "" {
+		c.UI.Error("Error: -endpoint (or CSI_ENDPOINT) and -state-dir are required\n\n" + c.Help())
 		return 1
 	}
 	level := hclog.LevelFromString(logLevel)

@@ -291,6 +291,14 @@ func TestACL_NomadCapabilities(t *testing.T) {
 		{area: areaNamespace, caps: []string{acl.NamespaceCapabilityCSIMountVolume}, ns: "team"},
 		pluginNeed(levelRead),
 	}, needs)
+
+	// A job that runs a CSI plugin takes csi-register-plugin, as in Nomad.
+	plugin := &structs.JobRegisterRequest{Job: &structs.Job{ID: "p", Namespace: "team", TaskGroups: []*structs.TaskGroup{{
+		Name: "g", Tasks: []*structs.Task{{Name: "t", CSIPluginConfig: &structs.TaskCSIPluginConfig{ID: "dev"}}}}}}}
+	must.Eq(t, []aclNeed{
+		{area: areaNamespace, caps: []string{acl.NamespaceCapabilitySubmitJob}, ns: "team"},
+		{area: areaNamespace, caps: []string{acl.NamespaceCapabilityCSIRegisterPlugin}, ns: "team"},
+	}, ruleNeeds(aclRules["Job.Register"], plugin))
 }
 
 // TestACL_SecretsNeverInRaftLog: neither the secret of a token that made a

@@ -276,9 +276,9 @@ func volumeNamespaces(args any) []aclNeed {
 	return out
 }
 
-// jobNeeds: registering a job takes submit-job in its namespace, and, for
-// a job that mounts CSI volumes, csi-mount-volume there and plugin read,
-// as in Nomad.
+// jobNeeds: registering a job takes submit-job in its namespace, for a
+// job that runs a CSI plugin csi-register-plugin there, and, for a job that
+// mounts CSI volumes, csi-mount-volume there and plugin read, as in Nomad.
 func jobNeeds(args any) []aclNeed {
 	var job *structs.Job
 	var jobNs string
@@ -296,6 +296,11 @@ func jobNeeds(args any) []aclNeed {
 	out := []aclNeed{{area: areaNamespace, caps: []string{acl.NamespaceCapabilitySubmitJob}, ns: jobNs}}
 	if job == nil {
 		return out
+	}
+	if job.IsPlugin() {
+		// A job that runs a CSI plugin takes csi-register-plugin, as in
+		// Nomad.
+		out = append(out, aclNeed{area: areaNamespace, caps: []string{acl.NamespaceCapabilityCSIRegisterPlugin}, ns: jobNs})
 	}
 	for _, tg := range job.TaskGroups {
 		if tg == nil {

@@ -57,6 +57,7 @@ func (e *Job) Register(args *structs.JobRegisterRequest, reply *structs.JobRegis
 		return err
 	}
 	e.logger.Debug("job registered", "job_id", job.ID, "namespace", job.Namespace)
+	reply.Warnings = job.Warnings()
 	reply.Index = index
 	// The leader has applied the write: the job's modify index says
 	// whether it changed anything (the evaluation the HTTP API derives).

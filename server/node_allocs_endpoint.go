@@ -104,7 +104,7 @@ func (e *Node) UpdateAlloc(args *structs.NodeUpdateAllocRequest, reply *structs.
 		}
 		if c.ClientStatus == a.ClientStatus && c.ClientDescription == a.ClientDescription &&
 			maps.EqualFunc(c.VolumeStates, a.VolumeStates, func(x, y *structs.AllocVolumeState) bool { return *x == *y }) &&
-			maps.EqualFunc(c.TaskStates, a.TaskStates, func(x, y *structs.TaskState) bool { return x != nil && y != nil && *x == *y }) {
+			maps.EqualFunc(c.TaskStates, a.TaskStates, func(x, y *structs.TaskState) bool { return x != nil && y != nil && x.Equal(y) }) {
 			continue
 		}
 		changed = append(changed, c)

@@ -55,6 +55,7 @@ func FuzzParseVolume(f *testing.F) {
 func FuzzParseJob(f *testing.F) {
 	specSeeds(f, "job", fullJobHCL, `{"Job":{"ID":"j","TaskGroups":[null]}}`, `{"ID":"j","TaskGroups":[{"Tasks":[null]}]}`,
 		"job \"j\" {\n group \"g\" {\n  count = 0\n }\n}\n")
+	specSeeds(f, "plugin-")
 	f.Fuzz(func(t *testing.T, src []byte) {
 		job, err := ParseJob("fuzz.hcl", src)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
@@ -87,7 +88,20 @@ type hclTask struct {
 	Driver       string            `hcl:"driver"`
 	Config       *hclTaskConfig    `hcl:"config,block"`
 	VolumeMounts []*hclVolumeMount `hcl:"volume_mount,block"`
-	NameRange    hcl.Range         `hcl:"name,label_range"`
+	// CSIPlugin is a pointer, so gohcl refuses a second csi_plugin block
+	// in a task ("Duplicate csi_plugin block").
+	CSIPlugin *hclCSIPlugin `hcl:"csi_plugin,block"`
+	NameRange hcl.Range     `hcl:"name,label_range"`
+}
+
+// hclCSIPlugin is a task's csi_plugin block, as Nomad's.
+type hclCSIPlugin struct {
+	ID                  string    `hcl:"id,optional"`
+	Type                string    `hcl:"type,optional"`
+	MountDir            string    `hcl:"mount_dir,optional"`
+	StagePublishBaseDir string    `hcl:"stage_publish_base_dir,optional"`
+	HealthTimeout       string    `hcl:"health_timeout,optional"`
+	HealthTimeoutRange  hcl.Range `hcl:"health_timeout,attr_value_range"`
 }
 
 type hclTaskConfig struct {
@@ -219,6 +233,25 @@ func (hg *hclGroup) toStructs(jobType string) (*structs.TaskGroup, hcl.Diagnosti
 				ReadOnly:        hm.ReadOnly,
 				PropagationMode: hm.PropagationMode,
 			})
+		}
+		if hp := ht.CSIPlugin; hp != nil {
+			cfg := &structs.TaskCSIPluginConfig{
+				ID: hp.ID, Type: structs.CSIPluginType(hp.Type),
+				MountDir: hp.MountDir, StagePublishBaseDir: hp.StagePublishBaseDir,
+			}
+			if hp.HealthTimeout != "" {
+				d, err := time.ParseDuration(hp.HealthTimeout)
+				if err != nil {
+					diags = append(diags, &hcl.Diagnostic{
+						Severity: hcl.DiagError,
+						Summary:  "Invalid health_timeout",
+						Detail:   fmt.Sprintf("health_timeout %q is not a duration (e.g. \"30s\", \"2m\").", hp.HealthTimeout),
+						Subject:  hp.HealthTimeoutRange.Ptr(),
+					})
+				}
+				cfg.HealthTimeout = d
+			}
+			task.CSIPluginConfig = cfg
 		}
 		tg.Tasks = append(tg.Tasks, task)
 	}

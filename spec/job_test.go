@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 
@@ -237,6 +238,12 @@ func TestParseJob_Bad(t *testing.T) {
 		{name: "interpolation", src: group("task \"t\" {\n driver = \"exec\"\n config {\n command = \"${env.X}\"\n }\n}"),
 			want: []string{"job.hcl:6:", "Variables not allowed"}},
 		{name: "syntax error", src: "job \"j\" {\n", want: []string{"job.hcl:1:"}},
+		{name: "two csi_plugin blocks", src: group("task \"t\" {\n driver = \"exec\"\n csi_plugin {\n id = \"a\"\n }\n csi_plugin {\n id = \"b\"\n }\n}"),
+			want: []string{"job.hcl:8:2: Duplicate csi_plugin block", "Only one csi_plugin block is allowed"}},
+		{name: "csi_plugin bad health_timeout", src: group("task \"t\" {\n driver = \"exec\"\n csi_plugin {\n id = \"a\"\n health_timeout = \"soon\"\n }\n}"),
+			want: []string{"job.hcl:7:19: Invalid health_timeout", `"soon" is not a duration`}},
+		{name: "csi_plugin unknown attribute", src: group("task \"t\" {\n driver = \"exec\"\n csi_plugin {\n id = \"a\"\n socket = \"/x\"\n }\n}"),
+			want: []string{"job.hcl:7:2: Unsupported argument", `"socket"`}},
 		{name: "several problems at once", src: group("foo = 1\nbar = 2"),
 			want: []string{`job.hcl:3:1: Unsupported argument: An argument named "foo"`, `job.hcl:4:1: Unsupported argument: An argument named "bar"`}},
 		{name: "json unknown field", src: "{\"ID\": \"j\",\n \"Datacenters\": []}", want: []string{`job.hcl:2:2: unknown field "Datacenters"`}},
@@ -284,6 +291,9 @@ func TestParseJob_LeavesValidationToTheServer(t *testing.T) {
 func TestJobExamples(t *testing.T) {
 	files, err := filepath.Glob("../examples/job-*.hcl")
 	must.NoError(t, err)
+	plugins, err := filepath.Glob("../examples/plugin-*.hcl")
+	must.NoError(t, err)
+	files = append(files, plugins...)
 	must.SliceNotEmpty(t, files)
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
@@ -325,4 +335,40 @@ func TestJobExamples_PerAlloc(t *testing.T) {
 	must.Eq(t, structs.CSIVolumeAccessModeMultiNodeReader, ref.AccessMode)
 	must.True(t, ref.ReadOnly)
 	must.Greater(t, 1, job.TaskGroups[0].Count)
+}
+
+// TestParseJob_CSIPlugin parses a task's csi_plugin block, in HCL and in
+// JSON (Nomad's field names, HealthTimeout in nanoseconds), with Nomad's
+// defaults filled in.
+func TestParseJob_CSIPlugin(t *testing.T) {
+	hclSrc := `job "plugin" {
+  type = "system"
+  group "nodes" {
+    task "plugin" {
+      driver = "exec"
+      config { command = "volplane" }
+      csi_plugin {
+        id             = "dev"
+        type           = "node"
+        health_timeout = "45s"
+      }
+    }
+  }
+}
+`
+	jsonSrc := `{"ID": "plugin", "Type": "system", "TaskGroups": [{"Name": "nodes", "Tasks": [{"Name": "plugin", "Driver": "exec",
+  "Config": {"Command": "volplane"},
+  "CSIPluginConfig": {"ID": "dev", "Type": "node", "HealthTimeout": 45000000000}}]}]}`
+	for name, src := range map[string]string{"hcl": hclSrc, "json": jsonSrc} {
+		t.Run(name, func(t *testing.T) {
+			job, err := ParseJob("job", []byte(src))
+			must.NoError(t, err)
+			must.NoError(t, job.Validate())
+			must.True(t, job.IsPlugin())
+			must.Eq(t, &structs.TaskCSIPluginConfig{
+				ID: "dev", Type: structs.CSIPluginTypeNode, MountDir: "/csi",
+				StagePublishBaseDir: "/local/csi", HealthTimeout: 45 * time.Second,
+			}, job.TaskGroups[0].Tasks[0].CSIPluginConfig)
+		})
+	}
 }

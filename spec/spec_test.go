@@ -249,8 +249,9 @@ func TestExamples(t *testing.T) {
 		if !strings.HasSuffix(f, ".hcl") && !strings.HasSuffix(f, ".json") {
 			continue
 		}
-		// Job specifications have a test of their own (TestJobExamples).
-		if strings.HasPrefix(filepath.Base(f), "job-") {
+		// Job specifications (plugin jobs too) have a test of their own
+		// (TestJobExamples).
+		if strings.HasPrefix(filepath.Base(f), "job-") || strings.HasPrefix(filepath.Base(f), "plugin-") {
 			continue
 		}
 		specs++

@@ -78,10 +78,16 @@ func CopyStates[T any](m map[string]*T) map[string]*T {
 			continue
 		}
 		vc := *v
+		if d, ok := any(&vc).(interface{ deepenCopy() }); ok {
+			d.deepenCopy()
+		}
 		out[k] = &vc
 	}
 	return out
 }
+
+// deepenCopy makes a shallow copy of a task state deep, for CopyStates.
+func (ts *TaskState) deepenCopy() { *ts = *ts.Copy() }
 
 // Task states, as Nomad's.
 const (
@@ -101,6 +107,11 @@ type TaskState struct {
 	Description string `json:",omitempty"`
 	StartedAt   int64  `json:",omitempty"`
 	FinishedAt  int64  `json:",omitempty"`
+	// Restarts counts the times the client restarted the task.
+	Restarts uint64 `json:",omitempty"`
+	// Events are the task's most recent events, the oldest first (at
+	// most MaxTaskEvents).
+	Events []*TaskEvent `json:",omitempty"`
 }
 
 // Steps a client reports for an allocation's volume.
@@ -260,6 +271,9 @@ func (a *Allocation) MergeClientUpdate(next *Allocation) (*Allocation, error) {
 	for name, ts := range next.TaskStates {
 		if ts == nil {
 			return nil, ErrInvalid("allocation %q: empty state of task %q", a.ID, name)
+		}
+		if err := ts.validateReport(a.ID, name); err != nil {
+			return nil, err
 		}
 	}
 	out := a.Copy()

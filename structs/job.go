@@ -111,6 +111,9 @@ type Task struct {
 	Driver       string
 	Config       TaskConfig
 	VolumeMounts []*VolumeMount
+	// CSIPluginConfig, when set, makes the task a CSI plugin the client
+	// supervises (the csi_plugin block).
+	CSIPluginConfig *TaskCSIPluginConfig `json:",omitempty"`
 }
 
 // TaskConfig is the exec driver's configuration.
@@ -180,6 +183,7 @@ func (tg *TaskGroup) Copy() *TaskGroup {
 		}
 		tc := *t
 		tc.Config.Args = slices.Clone(t.Config.Args)
+		tc.CSIPluginConfig = t.CSIPluginConfig.Copy()
 		tc.VolumeMounts = make([]*VolumeMount, len(t.VolumeMounts))
 		for k, m := range t.VolumeMounts {
 			if m == nil {

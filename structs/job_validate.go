@@ -65,6 +65,9 @@ func (j *Job) Canonicalize() {
 					m.PropagationMode = VolumeMountPropagationPrivate
 				}
 			}
+			if task.CSIPluginConfig != nil {
+				task.CSIPluginConfig.Canonicalize()
+			}
 		}
 	}
 }
@@ -267,6 +270,10 @@ func validateTask(m *MultiError, where string, tg *TaskGroup, task *Task) {
 		m.Add("%s: missing driver", where)
 	default:
 		m.Add("%s: unknown driver %q: the only driver is %q", where, task.Driver, TaskDriverExec)
+	}
+
+	if task.CSIPluginConfig != nil {
+		task.CSIPluginConfig.validate(m, where)
 	}
 
 	// Mounts are numbered from 1, as capabilities are in volume errors.

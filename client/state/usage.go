@@ -1,4 +1,4 @@
-package client
+package state
 
 import (
 	"encoding/json"
@@ -196,7 +196,7 @@ func (u *UsageRegistry) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(u.path, append(buf, '\n')); err != nil {
+	if err := WriteFileAtomic(u.path, append(buf, '\n')); err != nil {
 		return fmt.Errorf("writing the volume usage file: %w", err)
 	}
 	return nil

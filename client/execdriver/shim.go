@@ -1,4 +1,9 @@
-package client
+// Package execdriver runs a client's exec tasks: each under a small
+// supervisor, the task shim (the agent's own executable started again),
+// that outlives the agent and records how the task ended; it starts tasks,
+// signals their process groups, tells whether they ended and reads their
+// exit. What a task's end means for its allocation is the client's call.
+package execdriver
 
 import (
 	"encoding/json"
@@ -9,6 +14,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -27,7 +33,7 @@ import (
 // SIGTERM (it has a handler, which exec resets for the task) to record the
 // task's end, and dies with it on SIGKILL.
 
-// taskShimEnv, when set in a process's environment, makes the client
+// taskShimEnv, when set in a process's environment, makes the execdriver
 // package's init run the task shim instead of the program.
 const taskShimEnv = "VOLPLANE_TASK_SHIM"
 
@@ -49,14 +55,14 @@ type shimSpec struct {
 	// Stdout and Stderr are files the task's output is appended to.
 	Stdout string
 	Stderr string
-	// PIDFile receives the shim's processID as it starts; ExitFile the
-	// task's taskExit once it ended.
+	// PIDFile receives the shim's ProcessID as it starts; ExitFile the
+	// task's TaskExit once it ended.
 	PIDFile  string
 	ExitFile string
 }
 
-// taskExit is how a task ended, as its shim recorded it.
-type taskExit struct {
+// TaskExit is how a task ended, as its shim recorded it.
+type TaskExit struct {
 	// ExitCode is the command's exit status; -1 when a signal killed it.
 	ExitCode int
 	// Signal names the signal that killed the command, if one did.
@@ -66,10 +72,10 @@ type taskExit struct {
 	FinishedAt int64
 }
 
-// processID identifies a process across restarts of the agent: a PID alone
+// ProcessID identifies a process across restarts of the agent: a PID alone
 // may have been reused, so its start time (in clock ticks since boot), its
 // argv[0] and the boot it was seen in must match too.
-type processID struct {
+type ProcessID struct {
 	PID        int
 	StartTicks uint64
 	Argv0      string
@@ -77,20 +83,20 @@ type processID struct {
 }
 
 // identifyProcess returns the identity of the live process pid.
-func identifyProcess(pid int) (processID, error) {
+func identifyProcess(pid int) (ProcessID, error) {
 	ticks, argv0, alive, err := procInfo(pid)
 	if err != nil {
-		return processID{}, err
+		return ProcessID{}, err
 	}
 	if !alive {
-		return processID{}, fmt.Errorf("process %d is not running", pid)
+		return ProcessID{}, fmt.Errorf("process %d is not running", pid)
 	}
-	return processID{PID: pid, StartTicks: ticks, Argv0: argv0, BootID: bootID()}, nil
+	return ProcessID{PID: pid, StartTicks: ticks, Argv0: argv0, BootID: bootID()}, nil
 }
 
-// alive reports whether the process p identifies still runs (a zombie
+// Alive reports whether the process p identifies still runs (a zombie
 // does not).
-func (p processID) alive() bool {
+func (p ProcessID) Alive() bool {
 	if p.PID <= 0 {
 		return false
 	}
@@ -130,7 +136,7 @@ func runTaskShim(specPath string) int {
 	}
 	if self, err := identifyProcess(os.Getpid()); err == nil {
 		if buf, err := json.Marshal(self); err == nil {
-			if err := writeFileAtomic(spec.PIDFile, buf); err != nil {
+			if err := state.WriteFileAtomic(spec.PIDFile, buf); err != nil {
 				fmt.Fprintf(os.Stderr, "volplane task shim: %v\n", err)
 			}
 		}
@@ -139,7 +145,7 @@ func runTaskShim(specPath string) int {
 	exit.FinishedAt = structs.NowNano()
 	buf, err = json.Marshal(exit)
 	if err == nil {
-		err = writeFileAtomic(spec.ExitFile, buf)
+		err = state.WriteFileAtomic(spec.ExitFile, buf)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "volplane task shim: recording the exit: %v\n", err)
@@ -149,15 +155,15 @@ func runTaskShim(specPath string) int {
 }
 
 // runShimCommand runs the task's command to its end.
-func runShimCommand(spec *shimSpec) taskExit {
+func runShimCommand(spec *shimSpec) TaskExit {
 	stdout, err := os.OpenFile(spec.Stdout, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return taskExit{ExitCode: -1, StartError: fmt.Sprintf("opening its stdout: %v", err)}
+		return TaskExit{ExitCode: -1, StartError: fmt.Sprintf("opening its stdout: %v", err)}
 	}
 	defer stdout.Close()
 	stderr, err := os.OpenFile(spec.Stderr, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return taskExit{ExitCode: -1, StartError: fmt.Sprintf("opening its stderr: %v", err)}
+		return TaskExit{ExitCode: -1, StartError: fmt.Sprintf("opening its stderr: %v", err)}
 	}
 	defer stderr.Close()
 
@@ -165,26 +171,26 @@ func runShimCommand(spec *shimSpec) taskExit {
 	cmd.Env, cmd.Dir = spec.Env, spec.Dir
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
-		return taskExit{ExitCode: -1, StartError: err.Error()}
+		return TaskExit{ExitCode: -1, StartError: err.Error()}
 	}
 	err = cmd.Wait()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
-		return taskExit{}
+		return TaskExit{}
 	case errors.As(err, &ee):
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return taskExit{ExitCode: -1, Signal: signalName(ws.Signal())}
+			return TaskExit{ExitCode: -1, Signal: SignalName(ws.Signal())}
 		}
-		return taskExit{ExitCode: ee.ExitCode()}
+		return TaskExit{ExitCode: ee.ExitCode()}
 	default:
-		return taskExit{ExitCode: -1, StartError: err.Error()}
+		return TaskExit{ExitCode: -1, StartError: err.Error()}
 	}
 }
 
-// signalName names a signal as the C headers do ("SIGTERM"), falling back
+// SignalName names a signal as the C headers do ("SIGTERM"), falling back
 // to its description.
-func signalName(sig syscall.Signal) string {
+func SignalName(sig syscall.Signal) string {
 	for name, s := range map[string]syscall.Signal{
 		"SIGTERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL, "SIGINT": syscall.SIGINT,
 		"SIGHUP": syscall.SIGHUP, "SIGQUIT": syscall.SIGQUIT, "SIGABRT": syscall.SIGABRT,

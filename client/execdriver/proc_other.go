@@ -1,6 +1,6 @@
 //go:build !linux
 
-package client
+package execdriver
 
 import (
 	"errors"
@@ -20,5 +20,5 @@ func procInfo(pid int) (startTicks uint64, argv0 string, alive bool, err error) 
 // bootID is unknown without /proc.
 func bootID() string { return "" }
 
-// isZombie cannot tell without /proc.
-func isZombie(pid int) bool { return false }
+// IsZombie cannot tell without /proc.
+func IsZombie(pid int) bool { return false }

@@ -1,4 +1,4 @@
-package client
+package csimanager
 
 import (
 	"time"
@@ -75,6 +75,13 @@ func (h *pluginHealth) observe(now time.Time, controller, node *structs.CSIInfo,
 	}
 	h.failures++
 	h.reason = err.Error()
+}
+
+// markDown makes the instance reported unhealthy at once for reason, as if
+// threshold fingerprints had failed; the next good one makes it healthy.
+func (h *pluginHealth) markDown(reason string) {
+	h.failures = max(h.failures, h.threshold)
+	h.reason = reason
 }
 
 // healthy reports whether every given fingerprint is healthy.

@@ -1,6 +1,6 @@
 //go:build linux
 
-package client
+package execdriver
 
 import (
 	"bytes"
@@ -67,9 +67,9 @@ func bootID() string {
 	return strings.TrimSpace(string(b))
 }
 
-// isZombie reports whether pid has exited and waits for its parent to reap
+// IsZombie reports whether pid has exited and waits for its parent to reap
 // it.
-func isZombie(pid int) bool {
+func IsZombie(pid int) bool {
 	fields, err := statFields(pid)
 	return err == nil && len(fields) > 0 && fields[0] == "Z"
 }

@@ -1,4 +1,9 @@
-package client
+// Package state holds the client's durable records that outlive an
+// allocation runner and are read by the server-driven calls: the registry of
+// which allocation has which volume published where (UsageRegistry), the
+// layout of CSI staging and target paths under the data dir (CSIPaths), and
+// the atomic file write both rely on.
+package state
 
 import (
 	"path/filepath"
@@ -19,7 +24,7 @@ import (
 // creates the staging directory and the parent of a target path; the plugin
 // creates the target path itself, as the CSI spec asks.
 const (
-	csiDir     = "csi"
+	CSIDir     = "csi"
 	stagingDir = "staging"
 	allocDir   = "alloc"
 )
@@ -31,7 +36,7 @@ type CSIPaths struct {
 
 // NewCSIPaths returns the path scheme rooted at dataDir.
 func NewCSIPaths(dataDir string) CSIPaths {
-	return CSIPaths{root: filepath.Join(dataDir, csiDir)}
+	return CSIPaths{root: filepath.Join(dataDir, CSIDir)}
 }
 
 // UsageMode is how a volume is used on the node, as it appears in its
@@ -56,25 +61,25 @@ func (p CSIPaths) StagingPath(pluginID, namespace, volumeID, mode string) string
 	if namespace == "" {
 		namespace = structs.DefaultNamespace
 	}
-	return filepath.Join(p.root, stagingDir, segment(pluginID), segment(namespace), segment(volumeID), segment(mode))
+	return filepath.Join(p.root, stagingDir, Segment(pluginID), Segment(namespace), Segment(volumeID), Segment(mode))
 }
 
 // TargetPath is where a node plugin publishes a volume for an allocation.
 // Its parent (AllocDir) is the client's to create; the path itself is the
 // plugin's.
 func (p CSIPaths) TargetPath(allocID, volumeID string) string {
-	return filepath.Join(p.AllocDir(allocID), segment(volumeID))
+	return filepath.Join(p.AllocDir(allocID), Segment(volumeID))
 }
 
 // AllocDir is the directory holding an allocation's target paths.
 func (p CSIPaths) AllocDir(allocID string) string {
-	return filepath.Join(p.root, allocDir, segment(allocID))
+	return filepath.Join(p.root, allocDir, Segment(allocID))
 }
 
-// segment makes an ID safe as one path element. IDs cannot contain "/" or
+// Segment makes an ID safe as one path element. IDs cannot contain "/" or
 // "%" (structs.ValidateID), but "." and ".." are valid IDs; they are spelled
 // with "%" so that no other ID can map to the same element.
-func segment(id string) string {
+func Segment(id string) string {
 	switch id {
 	case "":
 		return "%empty"

@@ -1,0 +1,191 @@
+package execdriver
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+
+	"github.com/volplane/volplane/client/state"
+	"github.com/volplane/volplane/structs"
+)
+
+// TaskPaths are the files of one task.
+type TaskPaths struct {
+	Dir      string
+	Stdout   string
+	Stderr   string
+	Spec     string
+	PIDFile  string
+	ExitFile string
+	ShimLog  string
+}
+
+func NewTaskPaths(allocDir, task string) TaskPaths {
+	name := state.Segment(task)
+	control := filepath.Join(allocDir, ".control")
+	return TaskPaths{
+		Dir:      filepath.Join(allocDir, name),
+		Stdout:   filepath.Join(allocDir, "logs", name+".stdout"),
+		Stderr:   filepath.Join(allocDir, "logs", name+".stderr"),
+		Spec:     filepath.Join(control, name+".spec.json"),
+		PIDFile:  filepath.Join(control, name+".pid.json"),
+		ExitFile: filepath.Join(control, name+".exit.json"),
+		ShimLog:  filepath.Join(control, name+".shim.log"),
+	}
+}
+
+// Start starts a task's shim in a process group of its own and returns
+// its identity. A command that cannot be found fails here, before any
+// process is started. shimExe is the agent's executable.
+func Start(shimExe string, task *structs.Task, paths TaskPaths, env []string) (ProcessID, error) {
+	if task.Driver != "exec" {
+		return ProcessID{}, fmt.Errorf("driver %q is not supported (only exec is)", task.Driver)
+	}
+	if task.Config.Command == "" {
+		return ProcessID{}, errors.New("exec: no command")
+	}
+	// The task's PATH is the agent's (taskEnv keeps it), so LookPath in
+	// the agent finds what the shim would.
+	command, err := exec.LookPath(task.Config.Command)
+	if err != nil {
+		return ProcessID{}, err
+	}
+	if shimExe == "" {
+		return ProcessID{}, errors.New("the client agent does not know its own executable, which supervises tasks")
+	}
+	for _, dir := range []string{paths.Dir, filepath.Dir(paths.Stdout), filepath.Dir(paths.Spec)} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return ProcessID{}, err
+		}
+	}
+	// Left by an earlier start, they would be taken for this one's.
+	for _, f := range []string{paths.PIDFile, paths.ExitFile} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return ProcessID{}, err
+		}
+	}
+	spec, err := json.Marshal(&shimSpec{
+		Command: command, Args: task.Config.Args, Env: env, Dir: paths.Dir,
+		Stdout: paths.Stdout, Stderr: paths.Stderr, PIDFile: paths.PIDFile, ExitFile: paths.ExitFile,
+	})
+	if err != nil {
+		return ProcessID{}, err
+	}
+	if err := state.WriteFileAtomic(paths.Spec, spec); err != nil {
+		return ProcessID{}, err
+	}
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return ProcessID{}, err
+	}
+	defer devNull.Close()
+	shimLog, err := os.OpenFile(paths.ShimLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return ProcessID{}, err
+	}
+	defer shimLog.Close()
+	shimEnv := append(os.Environ(), taskShimEnv+"="+paths.Spec)
+	proc, err := os.StartProcess(shimExe, []string{shimExe}, &os.ProcAttr{
+		Dir:   paths.Dir,
+		Env:   shimEnv,
+		Files: []*os.File{devNull, shimLog, shimLog},
+		// Its own group, so that a stop signals the shim and everything
+		// the task started, and nothing else; and so that a signal sent
+		// to the agent's group (a terminal's Ctrl-C) does not reach it.
+		Sys: &syscall.SysProcAttr{Setpgid: true},
+	})
+	if err != nil {
+		return ProcessID{}, fmt.Errorf("starting its supervisor: %w", err)
+	}
+	pid := proc.Pid
+	// The shim is reaped with wait4 by PID (see Ended); the handle is
+	// not needed.
+	_ = proc.Release()
+	id, err := identifyProcess(pid)
+	if err != nil {
+		// It is gone already (or /proc cannot say): wait4 or the exit file
+		// tells how it ended.
+		return ProcessID{PID: pid, BootID: bootID()}, nil
+	}
+	// The shim writes the same as it starts, which takes a moment; written
+	// here too, an agent stopped right after this start finds the task.
+	if buf, err := json.Marshal(id); err == nil {
+		_ = state.WriteFileAtomic(paths.PIDFile, buf)
+	}
+	return id, nil
+}
+
+// Ended reports whether the shim p identifies has ended. When it has,
+// it kills whatever the task left running in its process group and reaps
+// the shim if it is a child of this process (an agent restarted in the
+// same process, as tests do, finds its earlier shims among its children).
+// The group is killed only while the shim is a zombie: its PID is then
+// still taken, so the group cannot be anyone else's.
+func Ended(p ProcessID) bool {
+	if p.PID <= 0 {
+		return true
+	}
+	if p.StartTicks != 0 && p.Alive() {
+		return false
+	}
+	if p.StartTicks == 0 && PIDExists(p.PID) && !IsZombie(p.PID) {
+		// Never identified (it was already gone, or /proc could not
+		// say): a live process with its PID is taken to be it.
+		return false
+	}
+	if IsZombie(p.PID) {
+		_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+	}
+	var ws syscall.WaitStatus
+	_, _ = syscall.Wait4(p.PID, &ws, syscall.WNOHANG, nil)
+	return true
+}
+
+func PIDExists(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// Signal sends sig to the task's process group. The group is the
+// shim's PID, which cannot be reused while any member of the group lives;
+// a group that is gone is not an error.
+func Signal(p ProcessID, sig syscall.Signal) error {
+	if p.PID <= 0 {
+		return nil
+	}
+	err := syscall.Kill(-p.PID, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+// ReadExit reads the exit file a task's shim wrote, if it did.
+func ReadExit(paths TaskPaths) (*TaskExit, error) {
+	buf, err := os.ReadFile(paths.ExitFile)
+	if err != nil {
+		return nil, err
+	}
+	var e TaskExit
+	if err := json.Unmarshal(buf, &e); err != nil {
+		return nil, fmt.Errorf("exit file %s: %w", paths.ExitFile, err)
+	}
+	return &e, nil
+}
+
+// ReadPIDFile reads the identity a task's shim recorded as it started.
+func ReadPIDFile(paths TaskPaths) (ProcessID, bool) {
+	buf, err := os.ReadFile(paths.PIDFile)
+	if err != nil {
+		return ProcessID{}, false
+	}
+	var p ProcessID
+	if json.Unmarshal(buf, &p) != nil || p.PID <= 0 {
+		return ProcessID{}, false
+	}
+	return p, true
+}
