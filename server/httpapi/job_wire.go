@@ -136,9 +136,6 @@ type wireTask struct {
 	DispatchPayload json.RawMessage
 	Secrets         json.RawMessage
 	Schedule        json.RawMessage
-	// A Nomad task that runs a CSI plugin: volplane's client agents run
-	// their plugins from their own configuration.
-	CSIPluginConfig json.RawMessage
 }
 
 // wireVolumeMount is a task's volume mount with Nomad's fields.
@@ -269,7 +266,7 @@ func (wg *wireTaskGroup) toStructs(jobWhere string) (*structs.TaskGroup, error) 
 			namedRaw{"Artifacts", wt.Artifacts}, namedRaw{"Vault", wt.Vault},
 			namedRaw{"Consul", wt.Consul}, namedRaw{"Templates", wt.Templates},
 			namedRaw{"DispatchPayload", wt.DispatchPayload}, namedRaw{"Secrets", wt.Secrets},
-			namedRaw{"Schedule", wt.Schedule}, namedRaw{"CSIPluginConfig", wt.CSIPluginConfig}); err != nil {
+			namedRaw{"Schedule", wt.Schedule}); err != nil {
 			return nil, err
 		}
 		t.VolumeMounts = nil

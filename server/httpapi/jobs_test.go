@@ -237,6 +237,22 @@ func TestJobRegister_ByPath(t *testing.T) {
 		`job ID "other" in the body does not match "web" in the path`)
 }
 
+// TestJobRegister_CSIPluginTask: a Nomad task's CSIPluginConfig (Nomad's
+// JSON: HealthTimeout in nanoseconds) reaches the job as the task's plugin.
+func TestJobRegister_CSIPluginTask(t *testing.T) {
+	be := newFakeBackend()
+	h := NewHandler(Config{Backend: be})
+	body := `{"Job":{"ID":"p","Type":"system","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","Driver":"exec",` +
+		`"Config":{"command":"/bin/true"},"CSIPluginConfig":{"ID":"dev","Type":"node","MountDir":"/csi","HealthTimeout":30000000000}}]}]}}`
+	rec := do(t, h, http.MethodPut, "/v1/jobs", body)
+	must.Eq(t, http.StatusOK, rec.Code, must.Sprint(rec.Body.String()))
+	task := be.call("Job.Register").(*structs.JobRegisterRequest).Job.TaskGroups[0].Tasks[0]
+	must.NotNil(t, task.CSIPluginConfig)
+	must.Eq(t, "dev", task.CSIPluginConfig.ID)
+	must.Eq(t, "node", string(task.CSIPluginConfig.Type))
+	must.Eq(t, 30*time.Second, time.Duration(task.CSIPluginConfig.HealthTimeout))
+}
+
 func TestJobRegister_BadBodies(t *testing.T) {
 	valid := jobBody(t, testJob())
 	rpcBody, err := json.Marshal(&structs.JobRegisterRequest{Job: testJob()})
@@ -267,8 +283,6 @@ func TestJobRegister_BadBodies(t *testing.T) {
 			http.StatusBadRequest, `job "j" group "g" volume "v": Sticky is not supported`},
 		"task env": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","Env":{"A":"b"}}]}]}}`,
 			http.StatusBadRequest, `job "j" group "g" task "t": Env is not supported by volplane`},
-		"csi plugin task": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","CSIPluginConfig":{"ID":"p","Type":"monolith"}}]}]}}`,
-			http.StatusBadRequest, `job "j" group "g" task "t": CSIPluginConfig is not supported`},
 		"task templates": {`{"Job":{"ID":"j","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","Templates":[{"EmbeddedTmpl":"x"}]}]}]}}`,
 			http.StatusBadRequest, `job "j" group "g" task "t": Templates is not supported`},
 		"enforce index": {`{"Job":` + valid[len(`{"Job":`):len(valid)-1] + `,"EnforceIndex":true,"JobModifyIndex":7}`,

@@ -173,7 +173,9 @@ type TaskStateView struct {
 	LastRestart time.Time
 	StartedAt   time.Time
 	FinishedAt  time.Time
-	Events      []struct{}
+	// Events are Nomad's TaskEvent fields (Type, Time in Unix
+	// nanoseconds, Message, DisplayMessage, Details).
+	Events []*structs.TaskEvent
 }
 
 func taskStatesView(m map[string]*structs.TaskState) map[string]*TaskStateView {
@@ -185,8 +187,12 @@ func taskStatesView(m map[string]*structs.TaskState) map[string]*TaskStateView {
 		if ts == nil {
 			continue
 		}
-		out[name] = &TaskStateView{State: ts.State, Failed: ts.Failed, Description: ts.Description,
-			StartedAt: unixNanoTime(ts.StartedAt), FinishedAt: unixNanoTime(ts.FinishedAt), Events: []struct{}{}}
+		events := ts.Events
+		if events == nil {
+			events = []*structs.TaskEvent{}
+		}
+		out[name] = &TaskStateView{State: ts.State, Failed: ts.Failed, Description: ts.Description, Restarts: ts.Restarts,
+			StartedAt: unixNanoTime(ts.StartedAt), FinishedAt: unixNanoTime(ts.FinishedAt), Events: events}
 	}
 	return out
 }
