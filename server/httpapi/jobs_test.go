@@ -240,10 +240,9 @@ func TestJobRegister_ByPath(t *testing.T) {
 // TestJobRegister_CSIPluginTask: a Nomad task's CSIPluginConfig (Nomad's
 // JSON: HealthTimeout in nanoseconds) reaches the job as the task's plugin.
 func TestJobRegister_CSIPluginTask(t *testing.T) {
-	be := newFakeBackend()
-	h := NewHandler(Config{Backend: be})
+	be, h := newJobTestHandler(t)
 	body := `{"Job":{"ID":"p","Type":"system","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","Driver":"exec",` +
-		`"Config":{"command":"/bin/true"},"CSIPluginConfig":{"ID":"dev","Type":"node","MountDir":"/csi","HealthTimeout":30000000000}}]}]}}`
+		`"Config":{"Command":"/bin/true"},"CSIPluginConfig":{"ID":"dev","Type":"node","MountDir":"/csi","HealthTimeout":30000000000}}]}]}}`
 	rec := do(t, h, http.MethodPut, "/v1/jobs", body)
 	must.Eq(t, http.StatusOK, rec.Code, must.Sprint(rec.Body.String()))
 	task := be.call("Job.Register").(*structs.JobRegisterRequest).Job.TaskGroups[0].Tasks[0]
