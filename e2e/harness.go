@@ -31,6 +31,16 @@ func buildVolplane(dir string) (string, error) {
 	return bin, nil
 }
 
+// UseVolplane builds ./cmd/volplane into dir for the harness to run, for
+// test packages outside this one (this package's TestMain does the same);
+// a build failure is reported by each test that starts a process.
+func UseVolplane(dir string) {
+	volplaneBin, buildErr = buildVolplane(dir)
+}
+
+// VolplaneBinary is the binary the harness runs, once built.
+func VolplaneBinary() (string, error) { return volplaneBin, buildErr }
+
 // volplaneBin is the binary TestMain built, or buildErr why it could not.
 var (
 	volplaneBin string
