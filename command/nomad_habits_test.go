@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/hashicorp/cli"
 	"github.com/shoenig/test/must"
 
 	"github.com/volplane/volplane/spec"
@@ -234,6 +235,17 @@ func TestUnknownCommand(t *testing.T) {
 	must.Eq(t, 3, editDistance("kitten", "sitting"))
 	_, unknown := unknownCommand([]string{"volume", "status", "anything"}, Commands(nil))
 	must.False(t, unknown)
+
+	// A group made only by deeper commands is known, and listed.
+	cmds := map[string]cli.CommandFactory{
+		"grp":          parent("grp", "A group", "A group."),
+		"grp sub deep": func() (cli.Command, error) { return &VersionCommand{}, nil },
+	}
+	_, unknown = unknownCommand([]string{"grp", "sub"}, cmds)
+	must.False(t, unknown)
+	msg, unknown := unknownCommand([]string{"grp", "su"}, cmds)
+	must.True(t, unknown)
+	must.Eq(t, "Unknown command: volplane grp su\nDid you mean \"grp sub\"?\n\nSubcommands of \"grp\":\n    sub  ", msg)
 }
 
 // When no agent answers, the error says how to start one or point at one.

@@ -40,6 +40,11 @@ func unknownCommand(args []string, commands map[string]cli.CommandFactory) (stri
 	}
 	names := subcommands(parent, commands)
 	unknown := words[known]
+	if slices.Contains(names, unknown) {
+		// A group with no command of its own ("a b" of "a b c"): the cli
+		// library lists what is under it.
+		return "", false
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Unknown command: volplane %s\n", strings.Join(words[:known+1], " "))
 	if near := nearest(unknown, names); near != "" {
@@ -53,16 +58,18 @@ func unknownCommand(args []string, commands map[string]cli.CommandFactory) (stri
 	width := len(slices.MaxFunc(names, func(a, b string) int { return len(a) - len(b) }))
 	for _, name := range names {
 		synopsis := ""
-		if cmd, err := commands[strings.TrimSpace(parent+" "+name)](); err == nil {
-			synopsis = cmd.Synopsis()
+		if factory, ok := commands[strings.TrimSpace(parent+" "+name)]; ok {
+			if cmd, err := factory(); err == nil {
+				synopsis = cmd.Synopsis()
+			}
 		}
 		fmt.Fprintf(&b, "    %-*s  %s\n", width, name, synopsis)
 	}
 	return strings.TrimRight(b.String(), "\n"), true
 }
 
-// subcommands lists the names of the commands one level under parent ("" is
-// the top level), sorted.
+// subcommands lists the names one level under parent ("" is the top level),
+// sorted: of the commands there, and of the groups deeper commands make.
 func subcommands(parent string, commands map[string]cli.CommandFactory) []string {
 	prefix := ""
 	if parent != "" {
@@ -71,12 +78,13 @@ func subcommands(parent string, commands map[string]cli.CommandFactory) []string
 	var names []string
 	for name := range commands {
 		rest, ok := strings.CutPrefix(name, prefix)
-		if ok && rest != "" && !strings.Contains(rest, " ") {
-			names = append(names, rest)
+		if ok && rest != "" {
+			first, _, _ := strings.Cut(rest, " ")
+			names = append(names, first)
 		}
 	}
 	slices.Sort(names)
-	return names
+	return slices.Compact(names)
 }
 
 // nearest returns the name closest to word in edit distance, when it is
