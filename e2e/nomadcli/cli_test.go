@@ -176,11 +176,22 @@ func TestNomadCLI_Cluster(t *testing.T) {
 	n.ok(t, "plugin", "status")
 	n.ok(t, "node", "status")
 
-	// A follower dies for good; it is removed by its address, as an
-	// operator does with `operator raft remove-peer -peer-address`.
+	// A follower dies for good; it is removed by its Raft ID, as an
+	// operator does (Nomad 1.10's remove-peer takes -peer-id only).
 	victim := e2e.Followers(c, leader)[0]
+	var conf struct {
+		Servers []struct{ ID, Address string }
+	}
+	getJSON(t, n.addr, "", "/v1/operator/raft/configuration", &conf)
+	peerID := ""
+	for _, s := range conf.Servers {
+		if s.Address == victim.RPCAddr() {
+			peerID = s.ID
+		}
+	}
+	must.NotEq(t, "", peerID, must.Sprintf("no peer at %s in %+v", victim.RPCAddr(), conf))
 	c.Kill(t, victim)
-	n.ok(t, "operator", "raft", "remove-peer", "-peer-address", victim.RPCAddr())
+	n.ok(t, "operator", "raft", "remove-peer", "-peer-id", peerID)
 	out := n.ok(t, "operator", "raft", "list-peers")
 	must.StrNotContains(t, out, victim.RPCAddr())
 }
