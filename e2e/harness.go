@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,12 @@ import (
 func buildVolplane(dir string) (string, error) {
 	bin := filepath.Join(dir, "volplane")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/volplane/volplane/cmd/volplane")
+	// Built in volplane's own module (this file's parent directory), so
+	// that test modules outside it (e2e/nomadcli) build it with volplane's
+	// go.mod and go.sum rather than their own.
+	if _, file, _, ok := runtime.Caller(0); ok {
+		cmd.Dir = filepath.Dir(filepath.Dir(file))
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build ./cmd/volplane: %v\n%s", err, out)

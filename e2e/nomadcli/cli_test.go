@@ -101,8 +101,11 @@ func TestNomadCLI_DevAgent(t *testing.T) {
 	n.ok(t, "volume", "snapshot", "list", "-plugin", "dev")
 	var snaps struct{ Snapshots []struct{ ID string } }
 	getJSON(t, n.addr, "", "/v1/volumes/snapshot?plugin_id=dev", &snaps)
-	must.SliceNotEmpty(t, snaps.Snapshots, must.Sprint(out))
-	n.ok(t, "volume", "snapshot", "delete", "dev", snaps.Snapshots[0].ID)
+	if len(snaps.Snapshots) == 0 {
+		t.Errorf("no snapshot of plugin dev after snapshot create:\n%s", out)
+	} else {
+		n.ok(t, "volume", "snapshot", "delete", "dev", snaps.Snapshots[0].ID)
+	}
 
 	// Jobs and allocations.
 	job := n.write(t, "web.nomad.hcl", nomadJobSpec)
@@ -114,17 +117,25 @@ func TestNomadCLI_DevAgent(t *testing.T) {
 	n.ok(t, "job", "inspect", "web")
 	// An unchanged job: plan's exit code 0 means nothing would change.
 	n.ok(t, "job", "plan", job)
+	// The commands go on after a failure, so that one run lists every
+	// command that fails.
 	var allocs []struct{ ID string }
 	getJSON(t, n.addr, "", "/v1/job/web/allocations", &allocs)
-	must.SliceNotEmpty(t, allocs)
-	n.ok(t, "alloc", "status", allocs[0].ID)
+	if len(allocs) == 0 {
+		t.Errorf("job web has no allocations: alloc status not run")
+	} else {
+		n.ok(t, "alloc", "status", allocs[0].ID)
+	}
 	n.ok(t, "job", "stop", "-yes", "web")
 	// Once the claim is released, detach has nothing left to do on the
 	// node and says so with exit 0.
-	testutil.WaitForResult(t, time.Minute, func() (bool, error) {
-		r := n.run(t, "volume", "detach", "nvol", nodeID)
-		return r.code == 0 && !r.panicked(), errorOf(r)
-	})
+	var last result
+	if !waitFor(time.Minute, func() bool {
+		last = n.run(t, "volume", "detach", "nvol", nodeID)
+		return last.code == 0 && !last.panicked()
+	}) {
+		t.Errorf("%s", last)
+	}
 	n.ok(t, "volume", "delete", "nvol")
 
 	// The agent and the cluster.
@@ -222,6 +233,22 @@ func streamEvents(t *testing.T, n *nomad, path, want string) {
 		<-exited
 	}
 	must.False(t, result{output: out.String()}.panicked(), must.Sprint(out.String()))
+}
+
+// waitFor polls cond every 250 ms until it holds or the timeout passes, and
+// reports whether it held; unlike testutil.WaitForResult it does not end
+// the test, so the commands after it still run.
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // errorOf turns a result into the error WaitForResult reports last.
