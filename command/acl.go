@@ -33,13 +33,12 @@ Usage: volplane acl bootstrap [options] [<secret-file>]
 Bootstrap Options:
 
   -json
-    Print the token as JSON.`, FlagSetClient)
+    Print the token as JSON.`+templateOptionHelp, FlagSetClient)
 }
 
 func (c *ACLBootstrapCommand) Run(args []string) int {
-	var asJSON bool
 	f := c.FlagSet("acl bootstrap", FlagSetClient)
-	f.BoolVar(&asJSON, "json", false, "")
+	format := c.FormatFlags(f)
 	if ok, code := c.Parse(c, f, args); !ok {
 		return code
 	}
@@ -62,8 +61,8 @@ func (c *ACLBootstrapCommand) Run(args []string) int {
 	if err != nil {
 		return c.Fail("bootstrapping the ACL system", err)
 	}
-	if asJSON {
-		return c.OutputJSON(tok)
+	if format.set() {
+		return c.Output(format, tok)
 	}
 	c.Ui.Output(formatToken(tok))
 	return 0
@@ -173,7 +172,7 @@ Usage: volplane acl policy list [options]
 List Options:
 
   -json
-    Print the policies as JSON.`, FlagSetClient)
+    Print the policies as JSON.`+templateOptionHelp, FlagSetClient)
 }
 
 func (c *ACLPolicyListCommand) Run(args []string) int {
@@ -203,13 +202,12 @@ Usage: volplane acl policy info [options] <name>
 Info Options:
 
   -json
-    Print the policy as JSON.`, FlagSetClient)
+    Print the policy as JSON.`+templateOptionHelp, FlagSetClient)
 }
 
 func (c *ACLPolicyInfoCommand) Run(args []string) int {
-	var asJSON bool
 	f := c.FlagSet("acl policy info", FlagSetClient)
-	f.BoolVar(&asJSON, "json", false, "")
+	format := c.FormatFlags(f)
 	if ok, code := c.Parse(c, f, args); !ok {
 		return code
 	}
@@ -224,8 +222,8 @@ func (c *ACLPolicyInfoCommand) Run(args []string) int {
 	if err != nil {
 		return c.Fail("reading ACL policy", err)
 	}
-	if asJSON {
-		return c.OutputJSON(p)
+	if format.set() {
+		return c.Output(format, p)
 	}
 	c.Ui.Output(kv([][2]string{
 		{"Name", p.Name},

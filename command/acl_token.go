@@ -37,21 +37,20 @@ Create Options:
     (between 1m and 24h). Default: never.
 
   -json
-    Print the token as JSON.`, FlagSetClient)
+    Print the token as JSON.`+templateOptionHelp, FlagSetClient)
 }
 
 func (c *ACLTokenCreateCommand) Run(args []string) int {
 	var (
 		opts     api.TokenOptions
 		policies stringList
-		asJSON   bool
 	)
 	f := c.FlagSet("acl token create", FlagSetClient)
 	f.StringVar(&opts.Name, "name", "", "")
 	f.StringVar(&opts.Type, "type", structs.ACLClientToken, "")
 	f.Var(&policies, "policy", "")
 	f.DurationVar(&opts.TTL, "ttl", 0, "")
-	f.BoolVar(&asJSON, "json", false, "")
+	format := c.FormatFlags(f)
 	if ok, code := c.Parse(c, f, args); !ok {
 		return code
 	}
@@ -70,8 +69,8 @@ func (c *ACLTokenCreateCommand) Run(args []string) int {
 	if err != nil {
 		return c.Fail("creating ACL token", err)
 	}
-	if asJSON {
-		return c.OutputJSON(tok)
+	if format.set() {
+		return c.Output(format, tok)
 	}
 	c.Ui.Output(formatToken(tok))
 	return 0
@@ -91,7 +90,7 @@ Usage: volplane acl token list [options]
 List Options:
 
   -json
-    Print the tokens as JSON.`, FlagSetClient)
+    Print the tokens as JSON.`+templateOptionHelp, FlagSetClient)
 }
 
 func (c *ACLTokenListCommand) Run(args []string) int {
@@ -126,13 +125,12 @@ Usage: volplane acl token info [options] <accessor-id>
 Info Options:
 
   -json
-    Print the token as JSON.`, FlagSetClient)
+    Print the token as JSON.`+templateOptionHelp, FlagSetClient)
 }
 
 func (c *ACLTokenInfoCommand) Run(args []string) int {
-	var asJSON bool
 	f := c.FlagSet("acl token info", FlagSetClient)
-	f.BoolVar(&asJSON, "json", false, "")
+	format := c.FormatFlags(f)
 	if ok, code := c.Parse(c, f, args); !ok {
 		return code
 	}
@@ -147,8 +145,8 @@ func (c *ACLTokenInfoCommand) Run(args []string) int {
 	if err != nil {
 		return c.Fail("reading ACL token", err)
 	}
-	if asJSON {
-		return c.OutputJSON(tok)
+	if format.set() {
+		return c.Output(format, tok)
 	}
 	c.Ui.Output(formatToken(tok))
 	return 0
@@ -169,13 +167,12 @@ Usage: volplane acl token self [options]
 Self Options:
 
   -json
-    Print the token as JSON.`, FlagSetClient)
+    Print the token as JSON.`+templateOptionHelp, FlagSetClient)
 }
 
 func (c *ACLTokenSelfCommand) Run(args []string) int {
-	var asJSON bool
 	f := c.FlagSet("acl token self", FlagSetClient)
-	f.BoolVar(&asJSON, "json", false, "")
+	format := c.FormatFlags(f)
 	if ok, code := c.Parse(c, f, args); !ok {
 		return code
 	}
@@ -190,8 +187,8 @@ func (c *ACLTokenSelfCommand) Run(args []string) int {
 	if err != nil {
 		return c.Fail("reading ACL token", err)
 	}
-	if asJSON {
-		return c.OutputJSON(tok)
+	if format.set() {
+		return c.Output(format, tok)
 	}
 	c.Ui.Output(formatToken(tok))
 	return 0
@@ -222,20 +219,19 @@ Update Options:
     token's.
 
   -json
-    Print the token as JSON.`, FlagSetClient)
+    Print the token as JSON.`+templateOptionHelp, FlagSetClient)
 }
 
 func (c *ACLTokenUpdateCommand) Run(args []string) int {
 	var (
 		name, typ string
 		policies  stringList
-		asJSON    bool
 	)
 	f := c.FlagSet("acl token update", FlagSetClient)
 	f.StringVar(&name, "name", "", "")
 	f.StringVar(&typ, "type", "", "")
 	f.Var(&policies, "policy", "")
-	f.BoolVar(&asJSON, "json", false, "")
+	format := c.FormatFlags(f)
 	if ok, code := c.Parse(c, f, args); !ok {
 		return code
 	}
@@ -269,8 +265,8 @@ func (c *ACLTokenUpdateCommand) Run(args []string) int {
 	if err != nil {
 		return c.Fail("updating ACL token", err)
 	}
-	if asJSON {
-		return c.OutputJSON(tok)
+	if format.set() {
+		return c.Output(format, tok)
 	}
 	c.Ui.Output(formatToken(tok))
 	return 0

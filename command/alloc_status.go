@@ -37,7 +37,7 @@ Usage: volplane alloc status [options] <id>
 Status Options:
 
   -json
-    Print the allocation as JSON.
+    Print the allocation as JSON.`+templateOptionHelp+`
 
   -verbose
     Show full node IDs and indexes.`, FlagSetClient)

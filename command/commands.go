@@ -94,6 +94,7 @@ func builtinCommands(ui cli.Ui, stdin io.Reader) map[string]cli.CommandFactory {
 		"volume delete": func() (cli.Command, error) { return &VolumeDeleteCommand{Meta: meta()}, nil },
 		"volume detach": func() (cli.Command, error) { return &VolumeDetachCommand{Meta: meta()}, nil },
 		"volume status": func() (cli.Command, error) { return &VolumeStatusCommand{Meta: meta()}, nil },
+		"volume init":   func() (cli.Command, error) { return &VolumeInitCommand{Meta: meta()}, nil },
 		"plugin": parent("plugin", "Inspect CSI plugins",
 			"Inspect the CSI plugins the client nodes run. Plugins are derived from\n  the nodes' fingerprints; they are never registered by hand."),
 		"plugin status": func() (cli.Command, error) { return &PluginStatusCommand{Meta: meta()}, nil },
@@ -139,6 +140,10 @@ func RunWithUi(args []string, ui cli.Ui) int {
 
 func runWith(args []string, ui cli.Ui, stdin io.Reader) int {
 	commands := commandsWith(ui, stdin)
+	if msg, ok := unknownCommand(args, commands); ok {
+		ui.Error(msg)
+		return 1
+	}
 	// The cli library writes help in pieces; collect them and hand each
 	// stream to the UI in one go, so that a UI that adds a newline (or a
 	// colour) per call does not cut the text up.

@@ -69,7 +69,7 @@ func TestTopLevel(t *testing.T) {
 	// Unknown commands and bare parents are usage errors.
 	r = run(t, "", "nope")
 	must.Eq(t, 1, r.code)
-	must.StrContains(t, r.stderr, "Usage: volplane [-version] [-help] <command> [args]")
+	must.StrContains(t, r.stderr, "Unknown command: volplane nope\n")
 
 	r = run(t, "", "volume")
 	must.Eq(t, 1, r.code)

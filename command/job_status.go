@@ -31,7 +31,7 @@ Usage: volplane job status [options] [id]
 Status Options:
 
   -json
-    Print the job or the list as JSON.
+    Print the job or the list as JSON.`+templateOptionHelp+`
 
   -verbose
     Show full allocation and node IDs, and indexes.`, FlagSetClient)

@@ -24,6 +24,12 @@ type Meta struct {
 	token     string
 	namespace string
 	tls       api.TLSConfig
+
+	// format, once FormatFlags added -json and -t, and volType, once
+	// TypeFlag added -type, are checked by Parse, so that every command
+	// refuses the same mistakes with the same words.
+	format  *outputFormat
+	volType *string
 }
 
 // FlagSetFlags selects the shared flags a command's flag set gets.
@@ -61,18 +67,59 @@ func (m *Meta) FlagSet(name string, fs FlagSetFlags) *flag.FlagSet {
 	return f
 }
 
-// Parse parses args into f. On a bad flag it prints the problem and the
-// command's usage and returns false with the exit code to use.
+// Parse parses args into f, flags and arguments in any order (Nomad's CLI
+// takes `volume status ID -verbose` as well as `volume status -verbose
+// ID`); after "--" everything is an argument. f.Args() then holds the
+// arguments alone, in their order. On a bad flag, or flags that do not go
+// together, it prints the problem and the command's usage and returns false
+// with the exit code to use.
 func (m *Meta) Parse(c cli.Command, f *flag.FlagSet, args []string) (ok bool, code int) {
-	err := f.Parse(args)
+	err := parseInterleaved(f, args)
 	switch {
 	case err == nil:
-		return true, 0
 	case errors.Is(err, flag.ErrHelp):
 		m.Ui.Output(strings.TrimSpace(c.Help()))
 		return false, 0
+	default:
+		return false, m.UsageError(c, "Error parsing arguments: %s", err)
 	}
-	return false, m.UsageError(c, "Error parsing arguments: %s", err)
+	if m.format != nil {
+		if err := m.format.check(); err != nil {
+			return false, m.UsageError(c, "%s", err)
+		}
+	}
+	if m.volType != nil {
+		if err := checkVolumeType(*m.volType); err != nil {
+			return false, m.UsageError(c, "%s", err)
+		}
+	}
+	return true, 0
+}
+
+// parseInterleaved parses flags wherever they stand among the arguments:
+// the flag package stops at the first argument, so each argument is set
+// aside and parsing goes on after it. The arguments are then handed back to
+// f (after a "--", so that one starting with "-" stays an argument).
+func parseInterleaved(f *flag.FlagSet, args []string) error {
+	var positional []string
+	for {
+		if err := f.Parse(args); err != nil {
+			return err
+		}
+		rest := f.Args()
+		// The flag package consumed a "--" when what it read ends with
+		// one: everything after it is an argument.
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+	return f.Parse(append([]string{"--"}, positional...))
 }
 
 // UsageError prints a one-line problem and the command's usage to stderr and
@@ -85,11 +132,21 @@ func (m *Meta) UsageError(c cli.Command, format string, args ...any) int {
 }
 
 // Fail prints "Error <doing>: <err>" to stderr and returns exit code 1.
-// API errors print as the server's message alone.
+// API errors print as the server's message alone. When no agent answered
+// at all, a second line says how to start one or point at one, since that
+// is nearly always the first thing a new user meets.
 func (m *Meta) Fail(doing string, err error) int {
 	m.Ui.Error(fmt.Sprintf("Error %s: %s", doing, err))
+	var connErr *api.ConnectError
+	if errors.As(err, &connErr) {
+		m.Ui.Error(noAgentHint)
+	}
 	return 1
 }
+
+// noAgentHint follows an error that says no agent answered.
+const noAgentHint = "Is an agent running? Start one with `volplane agent -dev`, " +
+	"or point -address (or VOLPLANE_ADDR) at one."
 
 // Client returns an API client for the -address and -token flags.
 func (m *Meta) Client() (*api.Client, error) {

@@ -97,7 +97,7 @@ Usage: volplane namespace list [options]
 List Options:
 
   -json
-    Print the namespaces as JSON.`, FlagSetClient)
+    Print the namespaces as JSON.`+templateOptionHelp, FlagSetClient)
 }
 
 func (c *NamespaceListCommand) Run(args []string) int {
@@ -127,13 +127,12 @@ Usage: volplane namespace status [options] <name>
 Status Options:
 
   -json
-    Print the namespace as JSON.`, FlagSetClient)
+    Print the namespace as JSON.`+templateOptionHelp, FlagSetClient)
 }
 
 func (c *NamespaceStatusCommand) Run(args []string) int {
-	var asJSON bool
 	f := c.FlagSet("namespace status", FlagSetClient)
-	f.BoolVar(&asJSON, "json", false, "")
+	format := c.FormatFlags(f)
 	if ok, code := c.Parse(c, f, args); !ok {
 		return code
 	}
@@ -148,8 +147,8 @@ func (c *NamespaceStatusCommand) Run(args []string) int {
 	if err != nil {
 		return c.Fail("reading namespace", err)
 	}
-	if asJSON {
-		return c.OutputJSON(ns)
+	if format.set() {
+		return c.Output(format, ns)
 	}
 	c.Ui.Output(kv([][2]string{{"Name", ns.Name}, {"Description", ns.Description}}))
 	if len(ns.Meta) > 0 {

@@ -31,7 +31,7 @@ Usage: volplane node status [options] [id]
 Status Options:
 
   -json
-    Print the node or the list as JSON.
+    Print the node or the list as JSON.`+templateOptionHelp+`
 
   -verbose
     Show full node IDs, attributes and indexes.`, FlagSetClient)

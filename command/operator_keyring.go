@@ -71,7 +71,7 @@ Usage: volplane operator root keyring list [options]
 List Options:
 
   -json
-    Print the keys as JSON.`, FlagSetClient)
+    Print the keys as JSON.`+templateOptionHelp, FlagSetClient)
 }
 
 func (c *OperatorKeyringListCommand) Run(args []string) int {

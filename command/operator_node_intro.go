@@ -79,7 +79,7 @@ Usage: volplane operator node-intro list [options]
 List Options:
 
   -json
-    Print the tokens as JSON.`, FlagSetClient)
+    Print the tokens as JSON.`+templateOptionHelp, FlagSetClient)
 }
 
 func (c *OperatorNodeIntroListCommand) Run(args []string) int {

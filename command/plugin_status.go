@@ -27,9 +27,8 @@ Usage: volplane plugin status [options] [id]
   when it is not, why.
 `, `
 Status Options:
-
-  -json
-    Print the plugin or the list as JSON.
+`+typeOptionHelp+`
+`+formatOptionsHelp+`
 
   -verbose
     Show full node IDs, node plugin details and indexes.`, FlagSetClient)
@@ -48,7 +47,8 @@ func (c *PluginStatusCommand) Run(args []string) int {
 			return []string{p.ID, p.Provider, ratio(p.ControllersHealthy, p.ControllersExpected),
 				ratio(p.NodesHealthy, p.NodesExpected)}
 		},
-		find: lookupPlugin,
+		ownFlags: c.TypeFlag,
+		find:     lookupPlugin,
 		detail: func(_ *api.Client, p *structs.CSIPlugin, verbose bool) int {
 			c.Ui.Output(formatPlugin(p, verbose))
 			return 0

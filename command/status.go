@@ -48,11 +48,11 @@ type statusCommand[T, S any] struct {
 
 // runStatus runs a status command: without an argument it lists the
 // objects, with one it shows the object the argument names, both as JSON
-// with -json.
+// with -json or through a template with -t.
 func runStatus[T, S any](m *Meta, c cli.Command, s statusCommand[T, S], args []string) int {
-	var asJSON, verbose bool
+	var verbose bool
 	f := m.FlagSet(s.name, s.flags)
-	f.BoolVar(&asJSON, "json", false, "")
+	format := m.FormatFlags(f)
 	f.BoolVar(&verbose, "verbose", false, "")
 	if s.ownFlags != nil {
 		s.ownFlags(f)
@@ -76,7 +76,7 @@ func runStatus[T, S any](m *Meta, c cli.Command, s statusCommand[T, S], args []s
 		return m.Fail("creating client", err)
 	}
 	if f.NArg() == 0 {
-		return s.printList(m, client, asJSON, verbose)
+		return s.printList(m, client, format, verbose)
 	}
 	v, err := s.find(client, f.Arg(0))
 	if err != nil {
@@ -85,20 +85,20 @@ func runStatus[T, S any](m *Meta, c cli.Command, s statusCommand[T, S], args []s
 	if s.clean != nil {
 		v = s.clean(v)
 	}
-	if asJSON {
-		return m.OutputJSON(v)
+	if format.set() {
+		return m.Output(format, v)
 	}
 	return s.detail(client, v, verbose)
 }
 
 // printList prints every object's stub, as a table or as JSON.
-func (s statusCommand[T, S]) printList(m *Meta, client *api.Client, asJSON, verbose bool) int {
+func (s statusCommand[T, S]) printList(m *Meta, client *api.Client, format *outputFormat, verbose bool) int {
 	stubs, err := s.list(client)
 	if err != nil {
 		return m.Fail("querying "+s.nouns, err)
 	}
-	if asJSON {
-		return m.OutputJSON(stubs)
+	if format.set() {
+		return m.Output(format, stubs)
 	}
 	if len(stubs) == 0 {
 		m.Ui.Output(s.none)
@@ -137,9 +137,8 @@ type listCommand[T any] struct {
 
 // runList runs a list command.
 func runList[T any](m *Meta, c cli.Command, l listCommand[T], args []string) int {
-	var asJSON bool
 	f := m.FlagSet(l.name, FlagSetClient)
-	f.BoolVar(&asJSON, "json", false, "")
+	format := m.FormatFlags(f)
 	if ok, code := m.Parse(c, f, args); !ok {
 		return code
 	}
@@ -154,8 +153,8 @@ func runList[T any](m *Meta, c cli.Command, l listCommand[T], args []string) int
 	if err != nil {
 		return m.Fail(l.doing, err)
 	}
-	if asJSON {
-		return m.OutputJSON(items)
+	if format.set() {
+		return m.Output(format, items)
 	}
 	if len(items) == 0 {
 		m.Ui.Output(l.none)

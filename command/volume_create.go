@@ -88,13 +88,15 @@ Delete Options:
 
   -secret key=value
     A secret for the plugin's delete call, merged over the volume's own.
-    Repeatable.`, FlagSetClient|FlagSetNamespace)
+    Repeatable.
+`+typeOptionHelp, FlagSetClient|FlagSetNamespace)
 }
 
 func (c *VolumeDeleteCommand) Run(args []string) int {
 	var secrets stringList
 	f := c.FlagSet("volume delete", FlagSetClient|FlagSetNamespace)
 	f.Var(&secrets, "secret", "")
+	c.TypeFlag(f)
 	if ok, code := c.Parse(c, f, args); !ok {
 		return code
 	}

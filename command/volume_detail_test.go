@@ -184,7 +184,7 @@ func TestVolumeStatus_ConnectionRefused(t *testing.T) {
 
 	r := run(t, "", "volume", "status", "-address=http://"+addr)
 	must.Eq(t, 1, r.code)
-	must.Eq(t, "Error querying volumes: could not reach a volplane agent at http://"+addr+": connection refused\n", r.stderr)
+	must.Eq(t, "Error querying volumes: could not reach a volplane agent at http://"+addr+": connection refused\n"+noAgentHint+"\n", r.stderr)
 
 	r = run(t, "", "volume", "status", "-address", "ftp://"+addr)
 	must.Eq(t, 1, r.code)

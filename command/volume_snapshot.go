@@ -130,7 +130,7 @@ Snapshot List Options:
 `+secretOptionHelp+`
 
   -json
-    Print the page as JSON.
+    Print the page as JSON.`+templateOptionHelp+`
 
   -verbose
     Show full volume IDs.`, FlagSetClient|FlagSetNamespace)
@@ -140,7 +140,7 @@ func (c *VolumeSnapshotListCommand) Run(args []string) int {
 	var (
 		pluginID, pageToken string
 		perPage             int
-		asJSON, verbose     bool
+		verbose             bool
 	)
 	secrets := keyValues{}
 	f := c.FlagSet("volume snapshot list", FlagSetClient|FlagSetNamespace)
@@ -148,7 +148,7 @@ func (c *VolumeSnapshotListCommand) Run(args []string) int {
 	f.IntVar(&perPage, "per-page", 30, "")
 	f.StringVar(&pageToken, "page-token", "", "")
 	f.Var(secrets, "secret", "")
-	f.BoolVar(&asJSON, "json", false, "")
+	format := c.FormatFlags(f)
 	f.BoolVar(&verbose, "verbose", false, "")
 	if ok, code := c.Parse(c, f, args); !ok {
 		return code
@@ -173,8 +173,8 @@ func (c *VolumeSnapshotListCommand) Run(args []string) int {
 	if err != nil {
 		return c.Fail(fmt.Sprintf("listing the snapshots of plugin %q", plugin), err)
 	}
-	if asJSON {
-		return c.OutputJSON(map[string]any{"Snapshots": orNone(snaps), "NextToken": qm.NextToken})
+	if format.set() {
+		return c.Output(format, map[string]any{"Snapshots": orNone(snaps), "NextToken": qm.NextToken})
 	}
 	if len(snaps) == 0 {
 		c.Ui.Output("No snapshots")

@@ -137,5 +137,5 @@ func TestVolumeStatus_External(t *testing.T) {
 
 	r = run(t, "", "volume", "status", "-type", "host")
 	must.Eq(t, 1, r.code)
-	must.StrContains(t, r.stderr, "volplane has CSI volumes only")
+	must.StrContains(t, r.stderr, "volplane has CSI volumes and plugins only")
 }

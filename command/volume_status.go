@@ -15,8 +15,8 @@ import (
 // VolumeStatusCommand lists volumes or shows one in detail.
 type VolumeStatusCommand struct {
 	Meta
-	// typ is -type (csi, the only one) and pluginID -plugin_id.
-	typ, pluginID string
+	// pluginID is -plugin_id.
+	pluginID string
 }
 
 func (c *VolumeStatusCommand) Synopsis() string { return "Display status information about volumes" }
@@ -34,16 +34,12 @@ Usage: volplane volume status [options] [id]
   Secrets are never shown.
 `, `
 Status Options:
-
-  -type=csi
-    The type of volumes to show; csi, the only one volplane has.
+`+typeOptionHelp+`
 
   -plugin_id=<id>
     List only the volumes of this plugin, and with -verbose only its
     storage provider's.
-
-  -json
-    Print the volume or the list as JSON.
+`+formatOptionsHelp+`
 
   -verbose
     Show full allocation and node IDs, parameters, context and indexes;
@@ -59,14 +55,8 @@ func (c *VolumeStatusCommand) Run(args []string) int {
 			return listVolumes(client, q)
 		},
 		ownFlags: func(f *flag.FlagSet) {
-			f.StringVar(&c.typ, "type", structs.VolumeTypeCSI, "")
+			c.TypeFlag(f)
 			f.StringVar(&c.pluginID, "plugin_id", "", "")
-		},
-		check: func() error {
-			if c.typ != structs.VolumeTypeCSI {
-				return fmt.Errorf("-type %q: volplane has CSI volumes only (-type csi)", c.typ)
-			}
-			return nil
 		},
 		afterList: func(client *api.Client, verbose bool) int {
 			if !verbose {

@@ -36,11 +36,11 @@ type devAgent struct {
 // devAgentStarted is the line the agent prints once its server listens.
 var devAgentStarted = regexp.MustCompile(`volplane agent started: .*, RPC (127\.0\.0\.1:[0-9]+), HTTP (http://127\.0\.0\.1:[0-9]+)`)
 
-// startDevAgent starts a dev agent on dataDir (prepare, when set, runs on
-// it first) and returns as soon as the agent printed the address it
+// startDevAgent starts a dev agent on dataDir, with extra flags after the
+// harness's own, and returns as soon as the agent printed the address it
 // serves HTTP on, as a script that reads it would. The agent is killed,
 // and the tasks it left behind with it, when the test ends.
-func startDevAgent(t *testing.T, dataDir string) *devAgent {
+func startDevAgent(t *testing.T, dataDir string, extra ...string) *devAgent {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("e2e: skipped with -short")
@@ -49,8 +49,9 @@ func startDevAgent(t *testing.T, dataDir string) *devAgent {
 		t.Fatalf("e2e: %v", buildErr)
 	}
 	a := &devAgent{out: &testutil.Buffer{}, done: make(chan struct{}), dataDir: dataDir}
-	a.cmd = exec.Command(volplaneBin, "agent", "-dev", "-http-port", "0", "-rpc-port", "0",
-		"-data-dir", dataDir, "-log-level", "debug")
+	args := append([]string{"agent", "-dev", "-http-port", "0", "-rpc-port", "0",
+		"-data-dir", dataDir, "-log-level", "debug"}, extra...)
+	a.cmd = exec.Command(volplaneBin, args...)
 	a.cmd.Stdout, a.cmd.Stderr = a.out, a.out
 	a.cmd.Env = cliEnv()
 	configureCmd(a.cmd)

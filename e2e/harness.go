@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,12 +25,28 @@ import (
 func buildVolplane(dir string) (string, error) {
 	bin := filepath.Join(dir, "volplane")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/volplane/volplane/cmd/volplane")
+	// Built in volplane's own module (this file's parent directory), so
+	// that test modules outside it (e2e/nomadcli) build it with volplane's
+	// go.mod and go.sum rather than their own.
+	if _, file, _, ok := runtime.Caller(0); ok {
+		cmd.Dir = filepath.Dir(filepath.Dir(file))
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build ./cmd/volplane: %v\n%s", err, out)
 	}
 	return bin, nil
 }
+
+// UseVolplane builds ./cmd/volplane into dir for the harness to run, for
+// test packages outside this one (this package's TestMain does the same);
+// a build failure is reported by each test that starts a process.
+func UseVolplane(dir string) {
+	volplaneBin, buildErr = buildVolplane(dir)
+}
+
+// VolplaneBinary is the binary the harness runs, once built.
+func VolplaneBinary() (string, error) { return volplaneBin, buildErr }
 
 // volplaneBin is the binary TestMain built, or buildErr why it could not.
 var (
