@@ -143,6 +143,9 @@ var aclRules = map[string]aclRule{
 	"Node.UpdateAlloc":     nodeRule(),
 	"Node.GetNode":         tokenRule(nodeNeed(levelRead)),
 	"Node.List":            tokenRule(nodeNeed(levelRead)),
+	// Node.GetAllocs takes node read, and shows the allocations of the
+	// namespaces the token may read jobs in.
+	"Node.GetAllocs": tokenRule(nodeNeed(levelRead)),
 	// Drain and eligibility: Nomad's node write.
 	"Node.UpdateDrain":       tokenRule(nodeNeed(levelWrite)),
 	"Node.UpdateEligibility": tokenRule(nodeNeed(levelWrite)),

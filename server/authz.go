@@ -50,6 +50,7 @@ var rpcAccess = map[string]roleSet{
 	"Node.GetClientAllocs":               nodeFacing,
 	"Node.UpdateAlloc":                   nodeFacing,
 	"Node.GetNode":                       serverOnly,
+	"Node.GetAllocs":                     serverOnly,
 	"Node.List":                          serverOnly,
 	"Node.UpdateDrain":                   serverOnly,
 	"Node.UpdateEligibility":             serverOnly,

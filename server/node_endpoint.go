@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/subtle"
+	"github.com/volplane/volplane/acl"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -163,6 +164,35 @@ func (e *Node) GetNode(args *structs.NodeSpecificRequest, reply *structs.SingleN
 		}
 		reply.Node = nil
 		return st.Index(state.TableNodes)
+	})
+}
+
+// GetAllocs returns the allocations placed on a node (Nomad's
+// /v1/node/:id/allocations), those of namespaces the token may read jobs
+// in. An unknown node has none.
+func (e *Node) GetAllocs(args *structs.NodeSpecificRequest, reply *structs.AllocListResponse) error {
+	if done, err := e.srv.forward("Node.GetAllocs", args, args, reply); done {
+		return err
+	}
+	if args.NodeID == "" {
+		return structs.ErrInvalid("missing node id")
+	}
+	allow, err := e.srv.namespacesShown(args, acl.AllNamespaces, acl.NamespaceCapabilityReadJob)
+	if err != nil {
+		return err
+	}
+	return e.srv.blockingQuery(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, st *state.StateStore) (uint64, error) {
+		allocs, err := st.AllocsByNode(ws, args.NodeID)
+		if err != nil {
+			return 0, err
+		}
+		reply.Allocations = []*structs.Allocation{}
+		for _, a := range allocs {
+			if allow == nil || allow(a.Namespace) {
+				reply.Allocations = append(reply.Allocations, a)
+			}
+		}
+		return st.Index(state.TableAllocs)
 	})
 }
 

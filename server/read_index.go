@@ -28,6 +28,7 @@ var localReads = map[string]bool{
 	"Job.Allocations":          true,
 	"Alloc.GetAlloc":           true,
 	"Alloc.List":               true,
+	"Node.GetAllocs":           true,
 	"Namespace.ListNamespaces": true,
 	"Namespace.GetNamespace":   true,
 	"ACL.ListPolicies":         true,

@@ -45,6 +45,7 @@ var routeEndpoints = map[string]string{
 	"GET /v1/plugin/csi/{id}":                   "CSIPlugin.Get",
 	"GET /v1/nodes":                             "Node.List",
 	"GET /v1/node/{id}":                         "Node.GetNode",
+	"GET /v1/node/{id}/allocations":             "Node.GetAllocs",
 	"PUT /v1/node/{id}/drain":                   "Node.UpdateDrain",
 	"POST /v1/node/{id}/drain":                  "Node.UpdateDrain",
 	"PUT /v1/node/{id}/eligibility":             "Node.UpdateEligibility",

@@ -29,6 +29,7 @@
 //	GET         /v1/plugin/csi/:id                            one plugin, with Allocations
 //	GET         /v1/nodes                                     bare JSON array of node stubs
 //	GET         /v1/node/:id                                  one node
+//	GET         /v1/node/:id/allocations                      bare JSON array of the node's allocations
 //	PUT, POST   /v1/node/:id/drain                            start, update or end a node's drain (Nomad's NodeUpdateDrainRequest)
 //	PUT, POST   /v1/node/:id/eligibility                      set a node's scheduling eligibility; body {"Eligibility"}
 //	PUT, POST   /v1/jobs                                      register a job; body Nomad's JobRegisterRequest {"Job":{...},...}
@@ -292,6 +293,7 @@ func (h *handler) routes() {
 		"GET /v1/plugin/csi/{id}":                   h.pluginGet,
 		"GET /v1/nodes":                             h.nodeList,
 		"GET /v1/node/{id}":                         h.nodeGet,
+		"GET /v1/node/{id}/allocations":             h.nodeAllocations,
 		"PUT /v1/node/{id}/drain":                   h.nodeDrain,
 		"POST /v1/node/{id}/drain":                  h.nodeDrain,
 		"PUT /v1/node/{id}/eligibility":             h.nodeEligibility,

@@ -336,6 +336,21 @@ func (h *handler) jobAllocations(w http.ResponseWriter, r *http.Request) (any, e
 	return allocViews(reply.Allocations), nil
 }
 
+// nodeAllocations serves GET /v1/node/:id/allocations: a bare array,
+// empty for a node without allocations (or unknown), as Nomad's.
+func (h *handler) nodeAllocations(w http.ResponseWriter, r *http.Request) (any, error) {
+	args := structs.NodeSpecificRequest{NodeID: r.PathValue("id")}
+	if _, err := parseQueryOptions(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	var reply structs.AllocListResponse
+	if err := h.backend.RPC("Node.GetAllocs", &args, &reply); err != nil {
+		return nil, err
+	}
+	setMeta(w, &reply.QueryMeta)
+	return allocViews(reply.Allocations), nil
+}
+
 // allocList serves GET /v1/allocations[?prefix=]: a bare array.
 func (h *handler) allocList(w http.ResponseWriter, r *http.Request) (any, error) {
 	var args structs.AllocListRequest
