@@ -341,6 +341,9 @@ func newRequest(mt structs.MessageType) any {
 		return &structs.NodeGCRequest{}
 	case structs.CSIPluginGCRequestType:
 		return &structs.CSIPluginGCRequest{}
+
+	case structs.CSIVolumeCheckpointBatchRequestType:
+		return &structs.CSIVolumeCheckpointBatchRequest{}
 	}
 	return nil
 }
@@ -373,6 +376,17 @@ func FuzzApplyRefused(f *testing.F) {
 		before := dump(t, fsm.State())
 		resp := fsm.Apply(&raft.Log{Index: next, Term: 1, Type: raft.LogCommand, Data: data})
 		if resp == nil {
+			return
+		}
+		if refused, ok := resp.([]error); ok {
+			// A checkpoint batch answers for each checkpoint: applied, or
+			// refused with a typed error.
+			for _, err := range refused {
+				if err != nil {
+					_, ok := err.(*structs.Error)
+					must.True(t, ok, must.Sprintf("refusal %#v is not a *structs.Error", err))
+				}
+			}
 			return
 		}
 		_, ok := resp.(*structs.Error)

@@ -74,7 +74,9 @@ type Server struct {
 	calls     *clientrpc.Calls
 	// volumeWatcher releases past claims while this server leads.
 	volumeWatcher *volumewatcher.Watcher
-	sessions      sessionServers
+	// checkpoints writes the release checkpoints, many claims to an entry.
+	checkpoints *checkpointBatcher
+	sessions    sessionServers
 	// acls resolves request tokens when ACLs are enabled.
 	acls *aclResolver
 
@@ -140,6 +142,7 @@ func NewServer(cfg *Config) (*Server, error) {
 	s.nodeConns = newNodeConns()
 	s.calls = clientrpc.NewCalls(s.shutdownCtx)
 	s.clientRPC = clientrpc.NewClient(clientrpc.New(s, cfg.ClientRPCTimeout, s.logger.Named("client_rpc")), s, s.logger.Named("client_rpc"))
+	s.checkpoints = newCheckpointBatcher(s.raftApply, maxCheckpointBatch)
 	s.volumeWatcher = volumewatcher.New(volumewatcher.Config{
 		Backend:     watcherBackend{s},
 		Logger:      s.logger,

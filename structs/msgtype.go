@@ -39,6 +39,8 @@ const (
 
 	NodeGCRequestType      MessageType = 21
 	CSIPluginGCRequestType MessageType = 22
+
+	CSIVolumeCheckpointBatchRequestType MessageType = 27
 )
 
 // IgnoreUnknownTypeFlag may be set on a message type by a newer server for an
@@ -71,6 +73,8 @@ var messageTypeNames = map[MessageType]string{
 
 	NodeGCRequestType:      "NodeGC",
 	CSIPluginGCRequestType: "CSIPluginGC",
+
+	CSIVolumeCheckpointBatchRequestType: "CSIVolumeCheckpointBatch",
 }
 
 // MessageTypes returns every defined message type, for tests that check each

@@ -50,6 +50,8 @@ func TestMessageTypes_Named(t *testing.T) {
 
 		"NodeGC":      21,
 		"CSIPluginGC": 22,
+
+		"CSIVolumeCheckpointBatch": 27,
 	}, seen)
 }
 
