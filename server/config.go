@@ -151,6 +151,9 @@ func DefaultConfig() *Config {
 	rc := raft.DefaultConfig()
 	rc.SnapshotThreshold = 8192
 	rc.TrailingLogs = 10240
+	if err := SetRaftMultiplier(rc, MinRaftMultiplier); err != nil {
+		panic(err) // the base timings are constants
+	}
 	return &Config{
 		RPCAddr:           "127.0.0.1:4647",
 		HTTPAddr:          "127.0.0.1:4646",
