@@ -136,6 +136,9 @@ type Config struct {
 
 	Logger hclog.Logger
 
+	// pausable (tests) lets the server pause its connections as a
+	// stopped process would (Server.pause).
+	pausable bool
 	// leaderSetupHook, when set (tests), runs after the barrier of each
 	// attempt to set up leadership, numbered from 1; an error fails the
 	// attempt as a failed barrier does.
