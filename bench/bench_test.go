@@ -3,6 +3,7 @@ package bench_test
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -33,8 +34,14 @@ func TestBenchSmoke(t *testing.T) {
 	signal.Stop(sig)
 	before := runtime.NumGoroutine()
 
+	// The failover phase runs server processes of the volplane binary.
+	bin := filepath.Join(t.TempDir(), "volplane")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/volplane/volplane/cmd/volplane").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/volplane: %v\n%s", err, out)
+	}
+
 	ui := cli.NewMockUi()
-	code := command.RunWithUi([]string{"bench", "-json",
+	code := command.RunWithUi([]string{"bench", "-json", "-binary=" + bin, "-failover-rounds=1",
 		"-ops=40", "-serial-ops=20", "-writers=8", "-rounds=2",
 		"-list-sizes=50,100", "-list-requests=5", "-batch=40",
 		"-claim-ops=40", "-claim-serial-ops=20", "-refused-claims=30",
@@ -123,6 +130,7 @@ func TestBenchSmoke(t *testing.T) {
 		{"tls-claim", "", 8, 0, 40}, {"tls-claim", "", 8, 0, 40},
 		{"acl-register", "", 8, 0, 40}, {"acl-register", "", 8, 0, 40},
 		{"acl-list", "", 1, 60, 10}, {"acl-list", "", 1, 60, 10},
+		{"failover-kill", "", 1, 0, 1}, {"failover-stop", "", 1, 0, 1},
 	}
 	if len(rep.Results) != len(want) {
 		t.Fatalf("got %d results, want %d:\n%s", len(rep.Results), len(want), ui.OutputWriter.String())
@@ -146,6 +154,10 @@ func TestBenchSmoke(t *testing.T) {
 		case "release-agent-down":
 			if r.CPUCores <= 0 || r.FailedAttempts == nil {
 				t.Errorf("result %d: no CPU or failed attempts while the stopped agent's releases back off: %+v", i, r)
+			}
+		case "failover-kill", "failover-stop":
+			if r.P50 <= 0 || r.P99 < r.P50 {
+				t.Errorf("result %d (%s): implausible times to the first write: p50 %vms, max %vms", i, r.Phase, r.P50, r.P99)
 			}
 		default:
 			if r.OpsPerSec <= 0 || r.P50 <= 0 || r.P99 < r.P50 {

@@ -114,9 +114,17 @@ Usage: volplane bench [options]
             -acl-rounds rounds. Target: the ACL cluster's ops/s >= %gx the
             other's, for registers and for lists, as the median over the
             rounds of the two clusters' ratio within a round.
+  failover  Not run by default (-phases=all or -phases=failover; about a
+            minute). Starts 3 server processes of this binary on free
+            loopback ports and, in -failover-rounds rounds of each kind,
+            stops the leader with SIGKILL or with SIGSTOP, then measures
+            the time from the signal to the first successful write (a
+            namespace upsert over HTTP through a surviving server). The
+            server is restarted or thawed after each round. Targets: at
+            most 1s after SIGKILL and 2s after SIGSTOP, in every round.
 
   The phases run in the order register, list, claim, release, scale, tls,
-  acl: the claim phase leaves its volumes claimed, so it comes after the
+  acl, failover: the claim phase leaves its volumes claimed, so it comes after the
   list phase counts volumes; release, scale, tls and acl start clusters of
   their own once the first three have shut theirs down.
 
@@ -161,8 +169,14 @@ Options:
                      Lists on each cluster in the acl phase (default %d).
   -acl-rounds=N      Alternating ACLs off/on rounds per acl level
                      (default %d).
+  -failover-rounds=N Rounds of each kind in the failover phase
+                     (default 5).
+  -raft-multiplier=N raft_multiplier of the failover phase's servers, 1 to
+                     10 (default: the servers' default, 1).
+  -binary=PATH       The volplane binary the failover phase runs as its
+                     servers (default: this one).
   -phases=LIST       Comma-separated phases: register, claim, list, release,
-                     scale, tls, acl, or all (default %s).
+                     scale, tls, acl, failover, or all (default %s).
   -breakdown         Add a third side to the register rounds, raft+fsm:
                      raft.Apply of the leader-encoded register entries on
                      the volplane leader (state machine included, RPC layers
@@ -219,6 +233,9 @@ func (c *BenchCommand) Run(args []string) int {
 	f.IntVar(&cfg.ACLListVolumes, "acl-list-volumes", cfg.ACLListVolumes, "")
 	f.IntVar(&cfg.ACLListRequests, "acl-list-requests", cfg.ACLListRequests, "")
 	f.IntVar(&cfg.ACLRounds, "acl-rounds", cfg.ACLRounds, "")
+	f.IntVar(&cfg.FailoverRounds, "failover-rounds", cfg.FailoverRounds, "")
+	f.IntVar(&cfg.RaftMultiplier, "raft-multiplier", 0, "")
+	f.StringVar(&cfg.Binary, "binary", "", "")
 	f.StringVar(&phases, "phases", strings.Join(cfg.Phases, ","), "")
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "")
 	f.StringVar(&cfg.Dir, "dir", "", "")
@@ -240,7 +257,7 @@ func (c *BenchCommand) Run(args []string) int {
 		"release-volumes": cfg.ReleaseVolumes, "scale-volumes": cfg.ScaleVolumes, "scale-stuck": cfg.ScaleStuck,
 		"scale-ops": cfg.ScaleOps, "scale-claim-ops": cfg.ScaleClaimOps, "scale-rounds": cfg.ScaleRounds,
 		"acl-ops": cfg.ACLOps, "acl-list-volumes": cfg.ACLListVolumes, "acl-list-requests": cfg.ACLListRequests,
-		"acl-rounds": cfg.ACLRounds,
+		"acl-rounds": cfg.ACLRounds, "failover-rounds": cfg.FailoverRounds,
 	} {
 		if n < 1 {
 			return c.UsageError(c, "-%s must be at least 1 (got %d)", name, n)

@@ -1,0 +1,13 @@
+//go:build !unix
+
+package bench
+
+import (
+	"context"
+	"errors"
+)
+
+// runFailover needs SIGKILL and SIGSTOP.
+func runFailover(context.Context, *Config, string, *Report) error {
+	return errors.New("the failover phase needs a unix system (it stops processes with SIGKILL and SIGSTOP)")
+}
