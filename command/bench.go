@@ -76,7 +76,8 @@ Usage: volplane bench [options]
             their own (with the node's secret; a controller publish each);
             then every job is stopped at once and the phase waits until
             every volume is free (each release: a node detach, a controller
-            detach, three Raft checkpoints). Reports releases/s, the
+            detach, two checkpoints, which concurrent releases share
+            Raft entries for). Reports releases/s, the
             process's CPU per release and the goroutines it added at the
             peak. Then the volumes are claimed again, the first agent is
             stopped, every job stopped, and the process's CPU is measured

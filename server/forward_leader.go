@@ -96,6 +96,10 @@ func (w *leaderWatch) leaderIs(addr string) {
 	}
 }
 
+// readyAt wakes the requests waiting for a leader, once the leader at addr
+// (this server) is ready to serve them.
+func (w *leaderWatch) readyAt(addr string) { w.leaderIs(addr) }
+
 func (w *leaderWatch) add(c *forwardCall) {
 	w.mu.Lock()
 	w.inflight[c] = struct{}{}

@@ -348,7 +348,12 @@ func (s *Server) Shutdown() error {
 			}
 		}
 		if s.raftTransport != nil {
-			s.raftTransport.CloseStreams()
+			// Close, not only its pooled streams: a peer still replicating
+			// to this server waits for answers on the connections it
+			// dialed here, and only the transport's shutdown ends their
+			// handlers (which otherwise wait forever for a Raft that has
+			// stopped), so the peer's own shutdown is not held up.
+			s.raftTransport.Close()
 		}
 		if s.raftLayer != nil {
 			s.raftLayer.Close()
