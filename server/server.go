@@ -348,11 +348,13 @@ func (s *Server) Shutdown() error {
 			}
 		}
 		if s.raftTransport != nil {
-			// Close, not only its pooled streams: a peer still replicating
-			// to this server waits for answers on the connections it
-			// dialed here, and only the transport's shutdown ends their
-			// handlers (which otherwise wait forever for a Raft that has
-			// stopped), so the peer's own shutdown is not held up.
+			// The pooled streams and the handlers' contexts, then the
+			// transport itself: a peer still replicating to this server
+			// waits for answers on the connections it dialed here, and
+			// only the transport's shutdown ends handlers that wait for a
+			// Raft that has stopped, so the peer's own shutdown is not
+			// held up.
+			s.raftTransport.CloseStreams()
 			s.raftTransport.Close()
 		}
 		if s.raftLayer != nil {
