@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/volplane/volplane/server"
 )
 
 // Phases that can be selected with Config.Phases.
@@ -64,7 +66,7 @@ const (
 // know how many volumes it lists. The release and scale phases start
 // clusters of their own, after the first three have shut theirs down.
 var phaseOrder = []string{PhaseRegister, PhaseList, PhaseClaim, PhaseRelease, PhaseScale, PhaseTLS, PhaseACL,
-	PhaseHTTP, PhaseMemory}
+	PhaseHTTP, PhaseMemory, PhaseFailover}
 
 // AllPhases returns every phase, in the order they run.
 func AllPhases() []string { return slices.Clone(phaseOrder) }
@@ -101,16 +103,16 @@ const (
 const (
 	// TargetThroughputRatio is the least share of the baseline's
 	// throughput volplane must reach with Config.Writers writers.
-	TargetThroughputRatio = 0.5
+	TargetThroughputRatio = 0.7
 	// TargetP99Ratio is the most volplane's p99 may be, as a multiple of
 	// the baseline's p99 at the same concurrency; the same for claims.
 	TargetP99Ratio = 2.0
 	// ClaimTargetThroughputRatio is the least share of the baseline's
 	// throughput claims must reach with Config.Writers claimers.
-	ClaimTargetThroughputRatio = 0.4
+	ClaimTargetThroughputRatio = 0.5
 	// ReleaseTargetRate is the least number of claims per second the
 	// leader must release, each with a node and a controller detach.
-	ReleaseTargetRate = 200.0
+	ReleaseTargetRate = 1000.0
 	// ReleaseTargetGoroutines is the most goroutines a release may add to
 	// the process at its peak: a few per release worker, where a goroutine
 	// per volume would add about Config.ReleaseVolumes.
@@ -204,12 +206,18 @@ type Config struct {
 	HTTPRegisterOps int
 	// MemoryVolumes is the number of volumes of the memory phase's server.
 	MemoryVolumes int
-	// Binary is the volplane binary whose agents the http phase starts;
-	// "" means the running one (the bench runs inside volplane).
+	// Binary is the volplane binary whose agents the http and failover
+	// phases start; "" means the running one (the bench runs inside
+	// volplane).
 	Binary string
+	// FailoverRounds is the number of rounds of each kind (SIGKILL,
+	// SIGSTOP) of the failover phase, with RaftMultiplier as its servers'
+	// raft_multiplier (0: the default).
+	FailoverRounds int
+	RaftMultiplier int
 
 	// Phases selects what runs: PhaseRegister, PhaseClaim, PhaseList,
-	// PhaseRelease, PhaseScale.
+	// PhaseRelease, PhaseScale, PhaseTLS, PhaseACL, PhaseFailover.
 	Phases []string
 	// Breakdown adds a third side to each register round: raft.Apply of
 	// the leader-encoded register entry on the volplane leader, which is
@@ -255,6 +263,7 @@ func DefaultConfig() Config {
 		ACLRounds:       20,
 		HTTPRegisterOps: 4000,
 		MemoryVolumes:   100_000,
+		FailoverRounds:  5,
 		Phases:          []string{PhaseRegister, PhaseClaim, PhaseList},
 	}
 }
@@ -269,6 +278,9 @@ func (c *Config) normalize() error {
 	}
 	if c.Writers == 0 {
 		c.Writers = d.Writers
+	}
+	if c.FailoverRounds == 0 {
+		c.FailoverRounds = d.FailoverRounds
 	}
 	if c.Rounds == 0 {
 		c.Rounds = d.Rounds
@@ -346,8 +358,10 @@ func (c *Config) normalize() error {
 		c.ClaimOps < 0 || c.ClaimSerialOps < 0 || c.RefusedClaims < 0 ||
 		c.ListRequests < 0 || c.ListBatch < 0 || c.ReleaseVolumes < 0 ||
 		c.ScaleVolumes < 0 || c.ScaleStuck < 0 || c.ScaleOps < 0 || c.ScaleClaimOps < 0 || c.ScaleRounds < 0 ||
-		c.ACLOps < 0 || c.ACLListVolumes < 0 || c.ACLListRequests < 0 || c.ACLRounds < 0:
+		c.ACLOps < 0 || c.ACLListVolumes < 0 || c.ACLListRequests < 0 || c.ACLRounds < 0 || c.FailoverRounds < 0:
 		return errors.New("sizes must not be negative")
+	case c.RaftMultiplier != 0 && server.ValidRaftMultiplier(c.RaftMultiplier) != nil:
+		return server.ValidRaftMultiplier(c.RaftMultiplier)
 	case c.runs(PhaseRegister) && (c.Rounds > c.Ops || c.Rounds > c.SerialOps):
 		return fmt.Errorf("rounds (%d) must not exceed the op counts (%d, %d): every round needs an op",
 			c.Rounds, c.SerialOps, c.Ops)
@@ -443,6 +457,11 @@ func run(ctx context.Context, cfg *Config, dir string, rep *Report) error {
 	if cfg.runs(PhaseMemory) {
 		if err := runMemory(ctx, cfg, dir, rep); err != nil {
 			return fmt.Errorf("memory: %w", err)
+		}
+	}
+	if cfg.runs(PhaseFailover) {
+		if err := runFailover(ctx, cfg, dir, rep); err != nil {
+			return fmt.Errorf("failover: %w", err)
 		}
 	}
 	return nil

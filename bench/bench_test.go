@@ -41,7 +41,7 @@ func TestBenchSmoke(t *testing.T) {
 	}
 
 	ui := cli.NewMockUi()
-	code := command.RunWithUi([]string{"bench", "-json", "-binary=" + bin, "-http-register-ops=20", "-memory-volumes=200",
+	code := command.RunWithUi([]string{"bench", "-json", "-binary=" + bin, "-http-register-ops=20", "-memory-volumes=200", "-failover-rounds=1",
 		"-ops=40", "-serial-ops=20", "-writers=8", "-rounds=2",
 		"-list-sizes=50,100", "-list-requests=5", "-batch=40",
 		"-claim-ops=40", "-claim-serial-ops=20", "-refused-claims=30",
@@ -136,6 +136,7 @@ func TestBenchSmoke(t *testing.T) {
 		{"http-list", "", 1, 100, 5}, {"http-list", "", 1, 100, 5}, {"http-list", "", 1, 100, 5}, {"http-list", "", 1, 100, 5},
 		{"http-register", "", 1, 0, 5}, {"http-register", "", 16, 0, 20}, {"http-register", "", 64, 0, 20},
 		{"memory", "", 1, 200, 0}, {"memory", "", 1, 200, 0},
+		{"failover-kill", "", 1, 0, 1}, {"failover-stop", "", 1, 0, 1},
 	}
 	if len(rep.Results) != len(want) {
 		t.Fatalf("got %d results, want %d:\n%s", len(rep.Results), len(want), ui.OutputWriter.String())
@@ -163,6 +164,10 @@ func TestBenchSmoke(t *testing.T) {
 		case "release-agent-down":
 			if r.CPUCores <= 0 || r.FailedAttempts == nil {
 				t.Errorf("result %d: no CPU or failed attempts while the stopped agent's releases back off: %+v", i, r)
+			}
+		case "failover-kill", "failover-stop":
+			if r.P50 <= 0 || r.P99 < r.P50 {
+				t.Errorf("result %d (%s): implausible times to the first write: p50 %vms, max %vms", i, r.Phase, r.P50, r.P99)
 			}
 		default:
 			if r.OpsPerSec <= 0 || r.P50 <= 0 || r.P99 < r.P50 {

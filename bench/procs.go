@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/volplane/volplane/api"
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 )
@@ -43,6 +44,8 @@ type procServer struct {
 	logPath  string
 	httpAddr string // http://host:port
 	rpcAddr  string
+	// client is volplane's API client for the server's HTTP address.
+	client *api.Client
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -98,10 +101,14 @@ func startProcCluster(ctx context.Context, bin, dir string, n int, config string
 			"-bind", "127.0.0.1", "-http-port", strconv.Itoa(ports[2*i]), "-rpc-port", strconv.Itoa(ports[2*i+1]),
 			"-bootstrap-expect", strconv.Itoa(n), "-log-level", "warn"}
 		args = append(append(args, join...), configArgs...)
+		httpAddr := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i]))
+		client, err := api.NewClient(api.Config{Address: httpAddr, HTTPClient: c.http})
+		if err != nil {
+			return nil, err
+		}
 		c.servers = append(c.servers, &procServer{
-			name: name, args: args, logPath: filepath.Join(dir, name+".log"),
-			httpAddr: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i])),
-			rpcAddr:  net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i+1])),
+			name: name, args: args, logPath: filepath.Join(dir, name+".log"), httpAddr: httpAddr, client: client,
+			rpcAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i+1])),
 		})
 	}
 	for _, s := range c.servers {
@@ -142,6 +149,8 @@ func (c *procCluster) start(s *procServer) error {
 	defer logFile.Close()
 	cmd := exec.Command(c.bin, s.args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// A killed benchmark leaves no servers behind.
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting server %s: %w", s.name, err)
 	}
@@ -170,6 +179,9 @@ func (c *procCluster) stop(s *procServer) error {
 		return nil
 	default:
 	}
+	// A frozen server (the failover phase's SIGSTOP) takes no signal
+	// until it is thawed.
+	thaw(cmd.Process)
 	_ = cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-done:

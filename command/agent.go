@@ -350,6 +350,10 @@ func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, f
 		d, _ := time.ParseDuration(a.Server.RetryInterval)
 		cfg.RetryJoinInterval = d
 	}
+	if m := a.Server.RaftMultiplier; m != nil {
+		// Validated with the file.
+		_ = server.SetRaftMultiplier(cfg.RaftConfig, *m)
+	}
 	if a.Server.RaftSnapshotThreshold > 0 {
 		cfg.RaftConfig.SnapshotThreshold = uint64(a.Server.RaftSnapshotThreshold)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsimple"
 
+	"github.com/volplane/volplane/server"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -56,6 +57,10 @@ type ServerBlock struct {
 	// RaftSnapshotThreshold overrides the number of log entries between
 	// snapshots.
 	RaftSnapshotThreshold int `hcl:"raft_snapshot_threshold,optional"`
+	// RaftMultiplier scales Raft's heartbeat, election, leader-lease and
+	// commit timeouts, as Nomad's: 1 (the default) is tuned for a LAN;
+	// raise it, up to 10, across a WAN or on machines that stall.
+	RaftMultiplier *int `hcl:"raft_multiplier,optional"`
 	// HeartbeatTTL is how often client nodes must heartbeat, and
 	// NodeGracePeriod how long past that TTL a silent node is marked down
 	// (durations such as "10s"; both default to the server's, 10s).
@@ -160,6 +165,11 @@ func (c *AgentConfig) validate() error {
 		if s.RetryInterval != "" {
 			if _, err := time.ParseDuration(s.RetryInterval); err != nil {
 				return fmt.Errorf("server.retry_interval %q: %v", s.RetryInterval, err)
+			}
+		}
+		if s.RaftMultiplier != nil {
+			if err := server.ValidRaftMultiplier(*s.RaftMultiplier); err != nil {
+				return err
 			}
 		}
 		if s.JobMaxGroupCount < 0 || s.JobMaxGroupCount > structs.MaxGroupCountCeiling {

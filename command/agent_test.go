@@ -125,6 +125,30 @@ server {
 	must.Eq(t, def.NodeGCThreshold, srv.NodeGCThreshold)
 }
 
+// TestAgentConfig_RaftMultiplier: raft_multiplier scales the base timings
+// of the heartbeat, election, leader-lease and commit timeouts, as Nomad's;
+// unset is 1.
+func TestAgentConfig_RaftMultiplier(t *testing.T) {
+	c := &AgentCommand{UI: cli.NewMockUi()}
+	timings := func(args ...string) [4]time.Duration {
+		cfg, _, err := c.parse(args)
+		must.NoError(t, err)
+		srv, _, err := c.serverConfig(cfg, false)
+		must.NoError(t, err)
+		rc := srv.RaftConfig
+		return [4]time.Duration{rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout, rc.CommitTimeout}
+	}
+	base := timings("-server", "-bootstrap-expect", "1", "-data-dir", "/var/lib/volplane")
+	must.Eq(t, [4]time.Duration{300 * time.Millisecond, 300 * time.Millisecond, 300 * time.Millisecond, 50 * time.Millisecond}, base)
+
+	file := filepath.Join(t.TempDir(), "server.hcl")
+	must.NoError(t, os.WriteFile(file, []byte("server {\n  enabled = true\n  raft_multiplier = 5\n}\n"), 0o600))
+	scaled := timings("-config", file, "-data-dir", "/var/lib/volplane")
+	for i := range base {
+		must.Eq(t, 5*base[i], scaled[i])
+	}
+}
+
 func TestAgentConfig_Errors(t *testing.T) {
 	cases := []struct {
 		name string
@@ -143,6 +167,8 @@ func TestAgentConfig_Errors(t *testing.T) {
 		{"zero release delay", `server { csi_release_max_delay = "0" }`, `server.csi_release_max_delay "0": must be a positive duration`},
 
 		{"bad gc threshold", `server { node_gc_threshold = "a day" }`, `server.node_gc_threshold "a day"`},
+		{"raft multiplier zero", `server { raft_multiplier = 0 }`, `raft_multiplier cannot be 0. Must be between 1 and 10`},
+		{"raft multiplier too high", `server { raft_multiplier = 11 }`, `raft_multiplier cannot be 11. Must be between 1 and 10`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

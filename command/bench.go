@@ -76,7 +76,8 @@ Usage: volplane bench [options]
             their own (with the node's secret; a controller publish each);
             then every job is stopped at once and the phase waits until
             every volume is free (each release: a node detach, a controller
-            detach, three Raft checkpoints). Reports releases/s, the
+            detach, two checkpoints, which concurrent releases share
+            Raft entries for). Reports releases/s, the
             process's CPU per release and the goroutines it added at the
             peak. Then the volumes are claimed again, the first agent is
             stopped, every job stopped, and the process's CPU is measured
@@ -133,9 +134,18 @@ Usage: volplane bench [options]
             and the heap per volume. Target: the restored heap <= %gx the
             live one's.
 
+  failover  Not run by default (-phases=all or -phases=failover; about a
+            minute). Starts 3 server processes of this binary on free
+            loopback ports and, in -failover-rounds rounds of each kind,
+            stops the leader with SIGKILL or with SIGSTOP, then measures
+            the time from the signal to the first successful write (a
+            namespace upsert over HTTP through a surviving server). The
+            server is restarted or thawed after each round. Targets: at
+            most 1s after SIGKILL and 2s after SIGSTOP, in every round.
+
   The phases run in the order register, list, claim, release, scale, tls,
-  acl, http, memory: the claim phase leaves its volumes claimed, so it
-  comes after the list phase counts volumes; the later phases start
+  acl, http, memory, failover: the claim phase leaves its volumes claimed,
+  so it comes after the list phase counts volumes; the later phases start
   clusters of their own once the first three have shut theirs down.
 
   Progress goes to stderr; the table (or, with -json, the JSON report) to
@@ -183,10 +193,15 @@ Options:
                      Registers over HTTP at 16 and 64 writers in the http
                      phase (default %d).
   -memory-volumes=N  Volumes of the memory phase's server (default %d).
-  -binary=PATH       The volplane binary whose agents the http phase runs
-                     (default: this one).
+  -failover-rounds=N Rounds of each kind in the failover phase
+                     (default 5).
+  -raft-multiplier=N raft_multiplier of the failover phase's servers, 1 to
+                     10 (default: the servers' default, 1).
+  -binary=PATH       The volplane binary whose agents the http and failover
+                     phases run (default: this one).
   -phases=LIST       Comma-separated phases: register, claim, list, release,
-                     scale, tls, acl, http, memory, or all (default %s).
+                     scale, tls, acl, http, memory, failover, or all
+                     (default %s).
   -breakdown         Add a third side to the register rounds, raft+fsm:
                      raft.Apply of the leader-encoded register entries on
                      the volplane leader (state machine included, RPC layers
@@ -246,6 +261,8 @@ func (c *BenchCommand) Run(args []string) int {
 	f.IntVar(&cfg.ACLRounds, "acl-rounds", cfg.ACLRounds, "")
 	f.IntVar(&cfg.HTTPRegisterOps, "http-register-ops", cfg.HTTPRegisterOps, "")
 	f.IntVar(&cfg.MemoryVolumes, "memory-volumes", cfg.MemoryVolumes, "")
+	f.IntVar(&cfg.FailoverRounds, "failover-rounds", cfg.FailoverRounds, "")
+	f.IntVar(&cfg.RaftMultiplier, "raft-multiplier", 0, "")
 	f.StringVar(&cfg.Binary, "binary", "", "")
 	f.StringVar(&phases, "phases", strings.Join(cfg.Phases, ","), "")
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "")
@@ -269,6 +286,7 @@ func (c *BenchCommand) Run(args []string) int {
 		"scale-ops": cfg.ScaleOps, "scale-claim-ops": cfg.ScaleClaimOps, "scale-rounds": cfg.ScaleRounds,
 		"acl-ops": cfg.ACLOps, "acl-list-volumes": cfg.ACLListVolumes, "acl-list-requests": cfg.ACLListRequests,
 		"acl-rounds": cfg.ACLRounds, "http-register-ops": cfg.HTTPRegisterOps, "memory-volumes": cfg.MemoryVolumes,
+		"failover-rounds": cfg.FailoverRounds,
 	} {
 		if n < 1 {
 			return c.UsageError(c, "-%s must be at least 1 (got %d)", name, n)

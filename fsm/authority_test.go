@@ -348,6 +348,8 @@ func newRequest(mt structs.MessageType) any {
 		return &structs.NodeUpdateEligibilityRequest{}
 	case structs.AllocDrainStopRequestType:
 		return &structs.AllocDrainStopRequest{}
+	case structs.CSIVolumeCheckpointBatchRequestType:
+		return &structs.CSIVolumeCheckpointBatchRequest{}
 	}
 	return nil
 }
@@ -380,6 +382,17 @@ func FuzzApplyRefused(f *testing.F) {
 		before := dump(t, fsm.State())
 		resp := fsm.Apply(&raft.Log{Index: next, Term: 1, Type: raft.LogCommand, Data: data})
 		if resp == nil {
+			return
+		}
+		if refused, ok := resp.([]error); ok {
+			// A checkpoint batch answers for each checkpoint: applied, or
+			// refused with a typed error.
+			for _, err := range refused {
+				if err != nil {
+					_, ok := err.(*structs.Error)
+					must.True(t, ok, must.Sprintf("refusal %#v is not a *structs.Error", err))
+				}
+			}
 			return
 		}
 		_, ok := resp.(*structs.Error)

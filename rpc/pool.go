@@ -137,6 +137,18 @@ func (p *ConnPool) goTracked(fn func()) bool {
 // other calls on it; yamux's keepalive closes a session whose peer went
 // silent.
 func (p *ConnPool) RPC(addr string, method string, args, reply any) error {
+	return p.RPCContext(context.Background(), addr, method, args, reply)
+}
+
+// RPCContext is RPC that also ends when ctx is cancelled: the call's stream
+// is closed at once (the server may still have read the request), and the
+// error is a connection error whose chain holds ctx's error. A forwarding
+// server uses it to give up on a leader that stopped answering once
+// another leader is known.
+func (p *ConnPool) RPCContext(ctx context.Context, addr string, method string, args, reply any) error {
+	if err := ctx.Err(); err != nil {
+		return connErr(err)
+	}
 	c, err := p.acquire(addr)
 	if err != nil {
 		return err
@@ -152,7 +164,22 @@ func (p *ConnPool) RPC(addr string, method string, args, reply any) error {
 		}
 		st = &openStream{stream: stream, cc: NewClientCodec(stream)}
 	}
+	var stop func() bool
+	if ctx.Done() != nil {
+		stream := st.stream
+		stop = context.AfterFunc(ctx, func() {
+			stream.Close()
+			_ = stream.SetDeadline(time.Now())
+		})
+	}
 	reusable, err := callOnCodec(st.stream, st.cc, method, args, reply, callTimeout(p.callTimeout, args))
+	if stop != nil && !stop() {
+		// Cancelled: the stream was closed under the call.
+		reusable = false
+		if err != nil {
+			err = connErr(fmt.Errorf("%w: %v", ctx.Err(), err))
+		}
+	}
 	if reusable {
 		// The stream answered in order: keep it for the next call, which
 		// then costs neither a stream open and close nor new buffers.

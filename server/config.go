@@ -140,6 +140,9 @@ type Config struct {
 
 	Logger hclog.Logger
 
+	// pausable (tests) lets the server pause its connections as a
+	// stopped process would (Server.pause).
+	pausable bool
 	// leaderSetupHook, when set (tests), runs after the barrier of each
 	// attempt to set up leadership, numbered from 1; an error fails the
 	// attempt as a failed barrier does.
@@ -155,6 +158,9 @@ func DefaultConfig() *Config {
 	rc := raft.DefaultConfig()
 	rc.SnapshotThreshold = 8192
 	rc.TrailingLogs = 10240
+	if err := SetRaftMultiplier(rc, MinRaftMultiplier); err != nil {
+		panic(err) // the base timings are constants
+	}
 	return &Config{
 		RPCAddr:           "127.0.0.1:4647",
 		HTTPAddr:          "127.0.0.1:4646",

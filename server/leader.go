@@ -69,6 +69,9 @@ func (s *Server) establishLeadership() {
 		s.leaderMu.Lock()
 		s.leaderReady = true
 		s.leaderMu.Unlock()
+		// Requests held until this leader is ready go on now, rather
+		// than when their backoff ends.
+		s.leaders.readyAt(s.rpcAddr)
 		s.heartbeats.start()
 		defer s.heartbeats.stop()
 		s.leaderWG.Add(4)

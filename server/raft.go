@@ -79,8 +79,12 @@ func (s *Server) setupRaft() error {
 	conf.NotifyCh = notify
 	s.leaderNotify = notify
 
+	var stream raft.StreamLayer = s.raftLayer
+	if s.gate != nil {
+		stream = gatedStream{StreamLayer: stream, g: s.gate}
+	}
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  s.raftLayer,
+		Stream:  stream,
 		MaxPool: 3,
 		Timeout: s.config.RaftTimeout,
 		Logger:  s.config.Logger.Named("raft-net"),

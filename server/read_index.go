@@ -56,6 +56,9 @@ func (s *Server) readLocally(method string, info structs.RPCInfo, args any) (boo
 	ctx, cancel := context.WithDeadline(s.shutdownCtx, deadline)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
+		// Taken before the leader is read, as forward does, so a change in
+		// between is not missed by holdWait.
+		changed := s.leaders.changes()
 		addr, id := s.raft.LeaderWithID()
 		switch {
 		case id == raft.ServerID(s.nodeID):
@@ -64,19 +67,21 @@ func (s *Server) readLocally(method string, info structs.RPCInfo, args any) (boo
 			}
 		case addr != "":
 			var reply structs.ReadIndexResponse
-			err := s.pool.RPC(string(addr), "Status.ReadIndex", &structs.GenericRequest{}, &reply)
+			// Through forwardTo, so a leader that stops answering is left
+			// as soon as another is known (errLeaderMoved: asked again).
+			err := s.forwardTo(string(addr), "Status.ReadIndex", &structs.GenericRequest{}, &reply)
 			if err == nil {
 				if err := s.waitForIndex(ctx, reply.Index); err != nil {
 					return true, err
 				}
 				return s.authorizeLocal(method, args)
 			}
-			if !s.canRetryForward(info, err) {
+			if !errors.Is(err, errLeaderMoved) && !s.canRetryForward("Status.ReadIndex", info, err) {
 				return true, err
 			}
 			s.logger.Debug("read index from the leader failed; retrying", "method", method, "leader", addr, "error", err)
 		}
-		if time.Now().After(deadline) || !s.holdWait(attempt) {
+		if time.Now().After(deadline) || !s.holdWait(attempt, changed) {
 			return true, structs.ErrNoLeader
 		}
 	}

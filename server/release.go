@@ -31,12 +31,10 @@ func (b watcherBackend) VolumeSecrets(vol *structs.CSIVolume) (structs.CSISecret
 }
 
 // Checkpoint writes a claim's release state; the time is the leader's.
+// Checkpoints of many claims made at once share Raft entries (see
+// checkpointBatcher).
 func (b watcherBackend) Checkpoint(namespace, volumeID string, claim *structs.CSIVolumeClaim, now time.Time) error {
-	_, _, err := b.s.raftApply(structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
-		VolumeID: volumeID, Claim: claim, Timestamp: now.UnixNano(),
-		WriteRequest: structs.WriteRequest{Namespace: namespace},
-	})
-	return err
+	return b.s.checkpoints.Checkpoint(namespace, volumeID, claim, now)
 }
 
 // lockVolume takes the volume's lock for an operation that calls its

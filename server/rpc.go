@@ -43,6 +43,9 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 	}
 	deadline := time.Now().Add(s.config.RPCHoldTimeout)
 	for attempt := 0; ; attempt++ {
+		// Taken before the leader is read, so a change in between is not
+		// missed by holdWait.
+		changed := s.leaders.changes()
 		addr, id := s.raft.LeaderWithID()
 		switch {
 		case id == raft.ServerID(s.nodeID):
@@ -57,16 +60,24 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 			}
 		case addr != "":
 			info.SetForwarded()
-			err := s.pool.RPC(string(addr), method, args, reply)
-			if err == nil || !s.canRetryForward(info, err) {
+			err := s.forwardTo(string(addr), method, args, reply)
+			switch {
+			case errors.Is(err, errLeaderMoved):
+				if err := leaderMovedAnswer(method, info, err); err != nil {
+					return true, err
+				}
+				// changed is closed by now: holdWait does not wait.
+				s.logger.Debug("leader changed during a forwarded call; sending it to the new leader", "method", method, "old_leader", addr)
+			case err == nil || !s.canRetryForward(method, info, err):
 				return true, err
+			default:
+				s.logger.Debug("forward to leader failed; retrying", "method", method, "leader", addr, "error", err)
 			}
-			s.logger.Debug("forward to leader failed; retrying", "method", method, "leader", addr, "error", err)
 		}
 		if time.Now().After(deadline) {
 			return true, structs.ErrNoLeader
 		}
-		if !s.holdWait(attempt) {
+		if !s.holdWait(attempt, changed) {
 			return true, structs.ErrNoLeader
 		}
 	}
@@ -74,8 +85,9 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 
 // canRetryForward is whether a forwarded request that failed may be sent
 // again: only when nothing can have been committed (the leader answered "no
-// leader", or the connection was never made), or the request is a read.
-func (s *Server) canRetryForward(info structs.RPCInfo, err error) bool {
+// leader", or the connection was never made), or the request is a read or
+// an idempotent write (see idempotentWrites) whose connection broke.
+func (s *Server) canRetryForward(method string, info structs.RPCInfo, err error) bool {
 	if structs.IsRetryable(err) {
 		return true
 	}
@@ -83,18 +95,23 @@ func (s *Server) canRetryForward(info structs.RPCInfo, err error) bool {
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true
 	}
-	return info.IsRead() && rpc.IsConnError(err)
+	return (info.IsRead() || idempotentWrites[method]) && rpc.IsConnError(err)
 }
 
 // holdWait pauses between attempts to find a leader, with jitter so many
-// waiting requests do not move in lockstep. It returns false on shutdown.
-func (s *Server) holdWait(attempt int) bool {
+// waiting requests do not move in lockstep, and ends early when the leader
+// changes (changed closes). It returns false on shutdown.
+func (s *Server) holdWait(attempt int, changed <-chan struct{}) bool {
 	base := 10 * time.Millisecond << min(attempt, 4)
 	d := base + rand.N(base)
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-s.shutdownCtx.Done():
 		return false
-	case <-time.After(d):
+	case <-changed:
+		return true
+	case <-t.C:
 		return true
 	}
 }

@@ -76,7 +76,13 @@ type Server struct {
 	calls     *clientrpc.Calls
 	// volumeWatcher releases past claims while this server leads.
 	volumeWatcher *volumewatcher.Watcher
-	sessions      sessionServers
+	// checkpoints writes the release checkpoints, many claims to an entry.
+	checkpoints *checkpointBatcher
+	// leaders follows Raft's leader for the forwarding path.
+	leaders *leaderWatch
+	// gate freezes the connections of a pausable server (tests).
+	gate     *connGate
+	sessions sessionServers
 	// acls resolves request tokens when ACLs are enabled.
 	acls *aclResolver
 
@@ -142,6 +148,8 @@ func NewServer(cfg *Config) (*Server, error) {
 	s.nodeConns = newNodeConns()
 	s.calls = clientrpc.NewCalls(s.shutdownCtx)
 	s.clientRPC = clientrpc.NewClient(clientrpc.New(s, cfg.ClientRPCTimeout, s.logger.Named("client_rpc")), s, s.logger.Named("client_rpc"))
+	s.checkpoints = newCheckpointBatcher(s.raftApply, maxCheckpointBatch)
+	s.leaders = newLeaderWatch()
 	s.volumeWatcher = volumewatcher.New(volumewatcher.Config{
 		Backend:     watcherBackend{s},
 		Logger:      s.logger,
@@ -173,6 +181,7 @@ func NewServer(cfg *Config) (*Server, error) {
 		s.logger.Warn(w)
 	}
 	s.goFunc(s.monitorLeadership)
+	s.goFunc(s.watchLeader)
 	s.goFunc(s.watchKeyring)
 	s.goFunc(s.joinLoop)
 	s.logger.Info("server started", "node_id", s.nodeID, "name", cfg.NodeName,
@@ -194,6 +203,10 @@ func (s *Server) setupRPC() error {
 	ln, err := net.Listen("tcp", s.config.RPCAddr)
 	if err != nil {
 		return fmt.Errorf("binding the RPC address %s: %w", s.config.RPCAddr, err)
+	}
+	if s.config.pausable {
+		s.gate = newConnGate()
+		ln = gatedListener{Listener: ln, g: s.gate}
 	}
 	s.rpcListener = ln
 	s.rpcAddr = s.config.RPCAdvertise
@@ -326,6 +339,8 @@ func (s *Server) Shutdown() error {
 	s.shutdownOnce.Do(func() {
 		s.logger.Info("shutting down")
 		s.shutdownCancel()
+		// A paused server's held connections must not hold its shutdown.
+		s.resume()
 		if s.httpServer != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			if err := s.httpServer.Shutdown(ctx); err != nil {
@@ -339,7 +354,14 @@ func (s *Server) Shutdown() error {
 			}
 		}
 		if s.raftTransport != nil {
+			// The pooled streams and the handlers' contexts, then the
+			// transport itself: a peer still replicating to this server
+			// waits for answers on the connections it dialed here, and
+			// only the transport's shutdown ends handlers that wait for a
+			// Raft that has stopped, so the peer's own shutdown is not
+			// held up.
 			s.raftTransport.CloseStreams()
+			s.raftTransport.Close()
 		}
 		if s.raftLayer != nil {
 			s.raftLayer.Close()

@@ -488,6 +488,13 @@ func claimEvents(index uint64, before, after *structs.CSIVolume) []Event {
 			if was.state == structs.CSIVolumeClaimStateReadyToFree {
 				continue // already announced as freed
 			}
+			if was.state == structs.CSIVolumeClaimStateNodeDetached {
+				// The release's controller step and its free are one
+				// write: the step is announced as it was when it had a
+				// write of its own.
+				events = append(events, claimEvent(index, vol, id, EventClaimControllerDetached,
+					claimView{was.claim, structs.CSIVolumeClaimStateControllerDetached}))
+			}
 			typ, now = EventClaimFreed, claimView{was.claim, structs.CSIVolumeClaimStateReadyToFree}
 		case !hadIt || was.state != now.state:
 			typ = claimTypes[now.state]
@@ -500,24 +507,29 @@ func claimEvents(index uint64, before, after *structs.CSIVolume) []Event {
 		if typ == "" {
 			continue
 		}
-		c := now.claim
-		events = append(events, Event{
-			Index: index, Topic: TopicCSIClaim, Type: typ, Key: vol.ID, Namespace: vol.Namespace,
-			Payload: &CSIClaimEvent{
-				VolumeID:     vol.ID,
-				Namespace:    vol.Namespace,
-				AllocationID: id,
-				NodeID:       c.NodeID,
-				Mode:         c.Mode.String(),
-				State:        now.state.String(),
-				Attempts:     c.Attempts,
-				LastError:    c.LastError,
-				NextAttempt:  c.NextAttempt,
-				Note:         c.Note,
-			},
-		})
+		events = append(events, claimEvent(index, vol, id, typ, now))
 	}
 	return events
+}
+
+// claimEvent is the event of type typ for an allocation's claim on vol.
+func claimEvent(index uint64, vol *structs.CSIVolume, allocID, typ string, now claimView) Event {
+	c := now.claim
+	return Event{
+		Index: index, Topic: TopicCSIClaim, Type: typ, Key: vol.ID, Namespace: vol.Namespace,
+		Payload: &CSIClaimEvent{
+			VolumeID:     vol.ID,
+			Namespace:    vol.Namespace,
+			AllocationID: allocID,
+			NodeID:       c.NodeID,
+			Mode:         c.Mode.String(),
+			State:        now.state.String(),
+			Attempts:     c.Attempts,
+			LastError:    c.LastError,
+			NextAttempt:  c.NextAttempt,
+			Note:         c.Note,
+		},
+	}
 }
 
 func pluginEvent(index uint64, ch memdb.Change) Event {

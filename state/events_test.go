@@ -341,3 +341,28 @@ func TestEvents_VolumePayloadIsAsOfTheWrite(t *testing.T) {
 	again := queued(t, subscribe(t, s, 10, TopicCSIVolume))
 	must.True(t, reg == again[0].Payload.(*structs.CSIVolume), must.Sprint("payloads are shared, not rebuilt"))
 }
+
+// TestEvents_FreeFromNodeDetachedAnnouncesTheControllerStep: the watcher
+// writes a release's controller step and its free as one checkpoint; the
+// stream still shows ClaimControllerDetached, then ClaimFreed, at that
+// write's index.
+func TestEvents_FreeFromNodeDetachedAnnouncesTheControllerStep(t *testing.T) {
+	s := TestStateStore(t)
+	must.NoError(t, s.UpsertNode(10, healthyNodePlugin("n1", "p")))
+	must.NoError(t, s.UpsertCSIVolume(11, []*structs.CSIVolume{testVolume("vol", "p")}))
+	must.NoError(t, s.UpsertAllocs(20, []*structs.Allocation{testAlloc("a1", "n1")}))
+	c := writeClaim("a1", "n1")
+	must.NoError(t, s.CSIVolumeClaim(21, 21000, ns, "vol", c))
+	sub := subscribe(t, s, 0, TopicCSIClaim)
+	releaseStep(t, s, 22, c, structs.CSIVolumeClaimStateUnpublishing)
+	releaseStep(t, s, 23, c, structs.CSIVolumeClaimStateNodeDetached)
+	releaseStep(t, s, 24, c, structs.CSIVolumeClaimStateReadyToFree)
+	got := queued(t, sub)
+	must.Eq(t, []string{
+		"22 CSIClaim ClaimReleasing vol",
+		"23 CSIClaim ClaimNodeDetached vol",
+		"24 CSIClaim ClaimControllerDetached vol",
+		"24 CSIClaim ClaimFreed vol",
+	}, kinds(got))
+	must.Eq(t, "controller-detached", got[2].Payload.(*CSIClaimEvent).State)
+}

@@ -40,9 +40,10 @@ const (
 	NodeGCRequestType      MessageType = 21
 	CSIPluginGCRequestType MessageType = 22
 
-	NodeUpdateDrainRequestType       MessageType = 23
-	NodeUpdateEligibilityRequestType MessageType = 24
-	AllocDrainStopRequestType        MessageType = 25
+	NodeUpdateDrainRequestType          MessageType = 23
+	NodeUpdateEligibilityRequestType    MessageType = 24
+	AllocDrainStopRequestType           MessageType = 25
+	CSIVolumeCheckpointBatchRequestType MessageType = 27
 )
 
 // IgnoreUnknownTypeFlag may be set on a message type by a newer server for an
@@ -76,9 +77,10 @@ var messageTypeNames = map[MessageType]string{
 	NodeGCRequestType:      "NodeGC",
 	CSIPluginGCRequestType: "CSIPluginGC",
 
-	NodeUpdateDrainRequestType:       "NodeUpdateDrain",
-	NodeUpdateEligibilityRequestType: "NodeUpdateEligibility",
-	AllocDrainStopRequestType:        "AllocDrainStop",
+	NodeUpdateDrainRequestType:          "NodeUpdateDrain",
+	NodeUpdateEligibilityRequestType:    "NodeUpdateEligibility",
+	AllocDrainStopRequestType:           "AllocDrainStop",
+	CSIVolumeCheckpointBatchRequestType: "CSIVolumeCheckpointBatch",
 }
 
 // MessageTypes returns every defined message type, for tests that check each

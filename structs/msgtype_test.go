@@ -51,9 +51,10 @@ func TestMessageTypes_Named(t *testing.T) {
 		"NodeGC":      21,
 		"CSIPluginGC": 22,
 
-		"NodeUpdateDrain":       23,
-		"NodeUpdateEligibility": 24,
-		"AllocDrainStop":        25,
+		"NodeUpdateDrain":          23,
+		"NodeUpdateEligibility":    24,
+		"AllocDrainStop":           25,
+		"CSIVolumeCheckpointBatch": 27,
 	}, seen)
 }
 

@@ -149,7 +149,7 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 				}
 				w.beginAttempt(vol, claim)
 				w.hook(w.cfg.Hooks.Attempt, StepNode)
-				err := w.step(ctx, func(ctx context.Context) error {
+				err := w.step(ctx, "node/"+claim.NodeID, func(ctx context.Context) error {
 					return w.cfg.Backend.NodeDetach(ctx, &structs.ClientCSINodeDetachVolumeRequest{
 						PluginID: vol.PluginID, VolumeID: vol.ID, ExternalID: vol.RemoteID(),
 						AllocID: claim.AllocationID, AccessMode: claim.AccessMode, AttachmentMode: claim.AttachmentMode,
@@ -174,7 +174,7 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 			if detach {
 				w.beginAttempt(vol, claim)
 				w.hook(w.cfg.Hooks.Attempt, StepController)
-				err := w.step(ctx, func(ctx context.Context) error {
+				err := w.step(ctx, "controller/"+vol.PluginID, func(ctx context.Context) error {
 					secrets, err := w.cfg.Backend.VolumeSecrets(vol)
 					if err != nil {
 						return err
@@ -192,8 +192,14 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 			} else {
 				say("controller detach of allocation %q skipped: %s", claim.AllocationID, why)
 			}
-			claim.State = structs.CSIVolumeClaimStateControllerDetached
+			// Controller-detached and free are one write: nothing happens
+			// between them, and a leader that dies before the write
+			// leaves the claim node-detached, whose controller step is
+			// idempotent against "already detached".
+			claim.State = structs.CSIVolumeClaimStateReadyToFree
 		case structs.CSIVolumeClaimStateControllerDetached:
+			// Written by a leader of a version that checkpointed the
+			// controller step on its own.
 			claim.State = structs.CSIVolumeClaimStateReadyToFree
 		default:
 			return fmt.Errorf("claim of allocation %q is in unexpected state %s", claim.AllocationID, claim.State)
@@ -211,8 +217,15 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 	}
 }
 
-// step runs one step's call within StepTimeout.
-func (w *Watcher) step(ctx context.Context, call func(context.Context) error) error {
+// step runs one step's call within StepTimeout, once the client it goes
+// to (client) has fewer than MaxCallsPerClient release calls in flight.
+// The wait for a slot is not part of the call's deadline.
+func (w *Watcher) step(ctx context.Context, client string, call func(context.Context) error) error {
+	release, err := w.clients.acquire(ctx, client)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.StepTimeout)
 	defer cancel()
 	return call(ctx)

@@ -61,8 +61,11 @@ type Config struct {
 	Backend Backend
 	Logger  hclog.Logger
 	Clock   Clock
-	// Workers is how many volumes are released at once.
+	// Workers is how many volumes are released at once (DefaultWorkers).
 	Workers int
+	// MaxCallsPerClient bounds the release calls in flight to one client
+	// agent (DefaultMaxCallsPerClient).
+	MaxCallsPerClient int
 	// BaseDelay and MaxDelay bound the backoff of a failing step.
 	BaseDelay, MaxDelay time.Duration
 	// StepTimeout bounds one step's call to a client agent (real time):
@@ -87,6 +90,8 @@ type Watcher struct {
 
 	// locks is the one lock table for operations on a volume (see Lock).
 	locks *volumeLocks
+	// clients bounds the release calls in flight per client agent.
+	clients *clientLimits
 
 	mu    sync.Mutex
 	queue *queue
@@ -102,7 +107,10 @@ func New(cfg Config) *Watcher {
 		cfg.Clock = realClock{}
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 8
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.MaxCallsPerClient <= 0 {
+		cfg.MaxCallsPerClient = DefaultMaxCallsPerClient
 	}
 	if cfg.BaseDelay <= 0 {
 		cfg.BaseDelay = time.Second
@@ -113,7 +121,8 @@ func New(cfg Config) *Watcher {
 	if cfg.StepTimeout <= 0 {
 		cfg.StepTimeout = DefaultStepTimeout
 	}
-	return &Watcher{cfg: cfg, logger: cfg.Logger.Named("volumewatcher"), clock: cfg.Clock, locks: newVolumeLocks()}
+	return &Watcher{cfg: cfg, logger: cfg.Logger.Named("volumewatcher"), clock: cfg.Clock, locks: newVolumeLocks(),
+		clients: newClientLimits(cfg.MaxCallsPerClient)}
 }
 
 // Run releases claims until ctx ends (leadership lost or shutdown), then

@@ -1,0 +1,99 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/volplane/volplane/mock"
+	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/testutil"
+)
+
+// TestForward_PausedLeader: the leader freezes (its connections held, as
+// SIGSTOP holds a process). A volume registration sent to a follower, which
+// forwards it to the frozen leader, is sent again to the new leader as soon
+// as one is elected, well before the forwarded call's own timeout, and is
+// applied once. A job registration, which may not be applied twice, is
+// answered at once with an error that says its outcome is unknown. Thawed,
+// the old leader catches up and the volume is still the one write.
+func TestForward_PausedLeader(t *testing.T) {
+	servers := TestCluster(t, 3, func(i int, c *Config) { c.pausable = true })
+	leader := WaitForLeader(t, servers...)
+	f := followers(servers, leader)
+	registerNode(t, f[0], "dev")
+	// A first write through the follower opens its session to the leader.
+	registerVolume(t, f[0], namedVolume("warm"))
+
+	leader.pause()
+	defer leader.resume()
+	type result struct {
+		err  error
+		at   time.Time
+		resp structs.CSIVolumeRegisterResponse
+	}
+	volDone := make(chan result, 1)
+	jobDone := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		var r result
+		r.err = f[0].RPC("CSIVolume.Register", &structs.CSIVolumeRegisterRequest{
+			Volumes: []*structs.CSIVolume{namedVolume("frozen")}}, &r.resp)
+		r.at = time.Now()
+		volDone <- r
+	}()
+	go func() {
+		err := registerJob(t, f[1], volumeJob("frozen-job", 1, &structs.VolumeRequest{Source: "warm",
+			AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter}))
+		jobDone <- result{err: err, at: time.Now()}
+	}()
+
+	next := WaitForLeader(t, f...)
+	elected := time.Now()
+	t.Logf("new leader %s known %v after the pause", next.config.NodeName, elected.Sub(start).Round(time.Millisecond))
+
+	vr := <-volDone
+	must.NoError(t, vr.err)
+	t.Logf("the register answered %v after the pause", vr.at.Sub(start).Round(time.Millisecond))
+	// Without giving up the call it would have waited out the forwarded
+	// call's timeout (ServerRPCTimeout, 10 s).
+	must.Less(t, 3*time.Second, vr.at.Sub(elected), must.Sprint("the register must be answered soon after the new leader is known"))
+
+	jr := <-jobDone
+	t.Logf("the job register answered %v after the pause: %v", jr.at.Sub(start).Round(time.Millisecond), jr.err)
+	if jr.err != nil {
+		// Sent to the frozen leader: its outcome is unknown, and said so.
+		must.Eq(t, structs.ErrCodeInternal, structs.CodeOf(jr.err), must.Sprint(jr.err))
+		must.StrContains(t, jr.err.Error(), "may or may not have been applied")
+		must.Less(t, 3*time.Second, jr.at.Sub(elected))
+	}
+
+	vol, err := next.State().CSIVolumeByID(nil, structs.DefaultNamespace, "frozen")
+	must.NoError(t, err)
+	must.NotNil(t, vol)
+	applied := vol.ModifyIndex
+
+	// Thawed, the old leader reads the request it was sent while frozen
+	// and forwards it to the new leader: a second apply of the same
+	// volume changes nothing.
+	leader.resume()
+	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
+		v, err := leader.State().CSIVolumeByID(nil, structs.DefaultNamespace, "frozen")
+		if err != nil || v == nil {
+			return false, err
+		}
+		return leader.raft.AppliedIndex() >= next.raft.AppliedIndex(), nil
+	})
+	WaitForLeader(t, servers...)
+	registerVolume(t, next, mock.CSIVolume("dev")) // a write after the thaw, so every entry before it is applied
+	for _, s := range servers {
+		testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
+			v, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, "frozen")
+			if err != nil || v == nil {
+				return false, err
+			}
+			return v.ModifyIndex == applied && v.CreateIndex == vr.resp.Index, nil
+		})
+	}
+}
