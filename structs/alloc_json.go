@@ -28,6 +28,10 @@ func (s *TaskState) UnmarshalJSON(b []byte) error {
 	if s.FinishedAt, err = unixNanoJSON(aux.FinishedAt); err != nil {
 		return fmt.Errorf("task state FinishedAt: %w", err)
 	}
+	// Nomad's encoding lists no events as []; volplane's state has none.
+	if len(s.Events) == 0 {
+		s.Events = nil
+	}
 	return nil
 }
 
