@@ -58,10 +58,10 @@ func TestVolumeDetach_NodePrefixOrName(t *testing.T) {
 
 	// A node nothing matches (gone from the state, its claims left) goes
 	// to the server as typed, which answers for it.
-	f.text("DELETE /v1/volume/csi/database/detach", 404, `volume "database" has no claim on node "gone"`)
+	f.text("DELETE /v1/volume/csi/database/detach", 404, `volume "database" not found`)
 	r = run(t, "", "volume", "detach", "database", "gone")
 	must.Eq(t, 1, r.code)
-	must.Eq(t, "Error detaching volume: volume \"database\" has no claim on node \"gone\"\n", r.stderr)
+	must.Eq(t, "Error detaching volume: volume \"database\" not found\n", r.stderr)
 	reqs := f.requests()
 	must.Eq(t, "node=gone", reqs[len(reqs)-1].Query)
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/volplane/volplane/structs"
@@ -120,7 +121,11 @@ func (e *CSIVolume) Detach(args *structs.CSIVolumeDetachRequest, reply *structs.
 		}
 	}
 	if !found {
-		return structs.ErrNotFound("volume %q has no claim on node %q", vol.ID, args.NodeID)
+		// Nothing is claimed there, so nothing is left to detach: a
+		// repeated detach succeeds, as Nomad's does, and says so.
+		reply.Steps = []string{fmt.Sprintf("volume %q has no claim on node %q: nothing to detach", vol.ID, args.NodeID)}
+		e.srv.setQueryMeta(&reply.QueryMeta)
+		return nil
 	}
 	steps, err := e.srv.volumeWatcher.Detach(e.srv.shutdownCtx, ns, vol.ID, args.NodeID, detachWaitForClient)
 	reply.Steps = steps

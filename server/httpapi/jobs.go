@@ -370,7 +370,7 @@ func (h *handler) allocList(w http.ResponseWriter, r *http.Request) (any, error)
 func allocViews(allocs []*structs.Allocation) []*AllocView {
 	out := make([]*AllocView, 0, len(allocs))
 	for _, a := range allocs {
-		out = append(out, &AllocView{Allocation: a, TaskStates: taskStatesView(a.TaskStates)})
+		out = append(out, &AllocView{Allocation: a, TaskStates: taskStatesView(a.TaskStates), Resources: jobspecResources()})
 	}
 	return out
 }
@@ -392,7 +392,7 @@ func (h *handler) allocGet(w http.ResponseWriter, r *http.Request) (any, error) 
 		return nil, structs.ErrNotFound("allocation %q not found", args.AllocID)
 	}
 	out := &AllocView{Allocation: a, TaskStates: taskStatesView(a.TaskStates), Metrics: &AllocationMetric{},
-		Resources: &Resources{CPU: 100, MemoryMB: 300, DiskMB: 300}}
+		Resources: jobspecResources()}
 	if j, err := h.readJob(args.AuthToken, a.Namespace, a.JobID, true); err == nil && j != nil {
 		out.Job = jobView(j, h.region())
 		out.EvalID = jobEvalID(j)

@@ -239,6 +239,10 @@ type Resources struct {
 	DiskMB   int
 }
 
+// jobspecResources are the resources Nomad's jobspec gives a task by
+// default, which allocation answers carry (Nomad's CLI adds them up).
+func jobspecResources() *Resources { return &Resources{CPU: 100, MemoryMB: 300, DiskMB: 300} }
+
 // AllocationMetric is Nomad's account of a placement. volplane's reasons
 // for not placing go in ConstraintFiltered, one per reason.
 type AllocationMetric struct {

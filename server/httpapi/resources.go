@@ -102,7 +102,24 @@ func (h *handler) nodeGet(w http.ResponseWriter, r *http.Request) (any, error) {
 	// cannot leak it.
 	node := reply.Node.Copy()
 	node.SecretID = ""
-	return node, nil
+	return &NodeView{Node: node}, nil
+}
+
+// NodeView is a node as GET /v1/node/:id answers it: volplane's fields,
+// and Nomad's NodeResources and ReservedResources, which Nomad's CLI reads.
+// volplane places volumes, not compute, so the node offers none: zeros.
+type NodeView struct {
+	*structs.Node
+	NodeResources     nodeResources
+	ReservedResources nodeResources
+}
+
+// nodeResources is Nomad's NodeResources (and NodeReservedResources) in
+// the fields both share.
+type nodeResources struct {
+	Cpu    struct{ CpuShares int64 }
+	Memory struct{ MemoryMB int64 }
+	Disk   struct{ DiskMB int64 }
 }
 
 // statusLeader serves GET /v1/status/leader: a JSON string, "" when there
