@@ -114,8 +114,9 @@ type CSIClaimEvent struct {
 	Note string
 }
 
-// Limits of the broker. A subscriber whose buffer fills is dropped rather
-// than slowing the FSM; the ring lets it resubscribe from the last index it
+// Limits of the broker: events kept for replay, and writes queued per
+// subscriber. A subscriber whose buffer fills is dropped rather than
+// slowing the FSM; the ring lets it resubscribe from the last index it
 // saw without missing anything, as long as it comes back quickly.
 const (
 	defaultEventRingSize   = 4096
@@ -179,9 +180,13 @@ type Subscription struct {
 	// replay holds the buffered events the subscriber asked for, delivered
 	// before anything published after it subscribed.
 	replay []Event
-	ch     chan Event
-	done   chan struct{} // closed when the broker drops it or it is closed
-	err    error         // set before done is closed
+	// ch carries the events of one write at a time, so that a reader that
+	// has one of a write's events can have the rest without waiting
+	// (pending holds them); its capacity counts writes.
+	ch      chan []Event
+	pending []Event
+	done    chan struct{} // closed when the broker drops it or it is closed
+	err     error         // set before done is closed
 }
 
 // Subscribe starts a subscription to topics (none: all). With fromIndex > 0
@@ -221,7 +226,7 @@ func (b *EventBroker) Subscribe(topics []string, fromIndex uint64) (*Subscriptio
 	sub := &Subscription{
 		broker: b,
 		topics: want,
-		ch:     make(chan Event, b.queueSize),
+		ch:     make(chan []Event, b.queueSize),
 		done:   make(chan struct{}),
 	}
 	if fromIndex > 0 {
@@ -258,14 +263,17 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 		s.replay = s.replay[1:]
 		return ev.delivered(), nil
 	}
+	if len(s.pending) > 0 {
+		return s.take(nil), nil
+	}
 	select {
-	case ev := <-s.ch:
-		return ev.delivered(), nil
+	case evs := <-s.ch:
+		return s.take(evs), nil
 	default:
 	}
 	select {
-	case ev := <-s.ch:
-		return ev.delivered(), nil
+	case evs := <-s.ch:
+		return s.take(evs), nil
 	case <-s.done:
 		return s.drain(s.err)
 	case <-s.broker.store.AbandonCh():
@@ -278,12 +286,24 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 
 // drain returns an event still queued before the end, or err.
 func (s *Subscription) drain(err error) (Event, error) {
+	if len(s.pending) > 0 {
+		return s.take(nil), nil
+	}
 	select {
-	case ev := <-s.ch:
-		return ev.delivered(), nil
+	case evs := <-s.ch:
+		return s.take(evs), nil
 	default:
 		return Event{}, err
 	}
+}
+
+// take returns the first of the pending events after queueing evs (a
+// write's events, never empty) behind them.
+func (s *Subscription) take(evs []Event) Event {
+	s.pending = append(s.pending, evs...)
+	ev := s.pending[0]
+	s.pending = s.pending[1:]
+	return ev.delivered()
 }
 
 // Close ends the subscription. It may be called more than once.
@@ -331,15 +351,22 @@ func (b *EventBroker) publish(events []Event, prior uint64) {
 			b.ring[b.head] = ev
 			b.head = (b.head + 1) % len(b.ring)
 		}
-		for sub := range b.subs {
-			if !sub.topics[ev.Topic] {
-				continue
+	}
+	// Each subscriber gets the write's events it asked for in one send.
+	for sub := range b.subs {
+		var mine []Event
+		for _, ev := range events {
+			if sub.topics[ev.Topic] {
+				mine = append(mine, ev)
 			}
-			select {
-			case sub.ch <- ev:
-			default:
-				b.dropLocked(sub, ErrSubscriberTooSlow)
-			}
+		}
+		if len(mine) == 0 {
+			continue
+		}
+		select {
+		case sub.ch <- mine:
+		default:
+			b.dropLocked(sub, ErrSubscriberTooSlow)
 		}
 	}
 }
