@@ -152,7 +152,17 @@ func TestRelease_ResumesAtControllerStepAfterFailover(t *testing.T) {
 	})
 	must.Len(t, 1, ep.callsWith("node-detach"))
 
-	// The agent stays connected to a follower that survives.
+	// The agent stays connected to a follower that survives. Leadership
+	// may have moved to the agent's server since the setup (an election at
+	// start): then it is handed to another server first.
+	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
+		leader = WaitForLeader(t, servers...)
+		if _, ok := leader.nodeConns.get(node.ID); !ok {
+			return true, nil
+		}
+		return false, fmt.Errorf("leader %s holds the agent's session; transferring leadership: %v",
+			leader.config.NodeName, leader.raft.LeadershipTransfer().Error())
+	})
 	var survivors []*Server
 	for _, s := range servers {
 		if s != leader {
