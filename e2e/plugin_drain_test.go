@@ -117,20 +117,26 @@ func TestE2E_PluginJobsDrain(t *testing.T) {
 	must.MapEmpty(t, vol.ReadClaims)
 	must.MapEmpty(t, vol.PastClaims, must.Sprint("the old allocation's claim is freed"))
 
-	// On node A, the release came before the node plugin's stop.
+	// On node A, the release came before the node plugin's stop. (A
+	// release retried after a lost answer may repeat a call: every one
+	// must come before the stop.)
 	unpublished := e.instanceCalls(t, "NodeUnpublishVolume", ext, storageA)
-	must.Len(t, 1, unpublished, must.Sprint("NodeUnpublishVolume on node A"))
-	must.Eq(t, published[0].TargetPath, unpublished[0].TargetPath)
+	must.SliceNotEmpty(t, unpublished, must.Sprint("NodeUnpublishVolume on node A"))
+	for _, c := range unpublished {
+		must.Eq(t, published[0].TargetPath, c.TargetPath)
+	}
 	unstaged := e.instanceCalls(t, "NodeUnstageVolume", ext, storageA)
-	must.Len(t, 1, unstaged, must.Sprint("NodeUnstageVolume on node A"))
-	must.Eq(t, staged[0].StagingPath, unstaged[0].StagingPath)
+	must.SliceNotEmpty(t, unstaged, must.Sprint("NodeUnstageVolume on node A"))
+	for _, c := range unstaged {
+		must.Eq(t, staged[0].StagingPath, c.StagingPath)
+	}
 	var ctrlUnpublished []devplugin.Call
 	for _, c := range e.callsOf(t, "ControllerUnpublishVolume", ext, codes.OK) {
 		if c.NodeID == storageA {
 			ctrlUnpublished = append(ctrlUnpublished, c)
 		}
 	}
-	must.Len(t, 1, ctrlUnpublished, must.Sprint("ControllerUnpublishVolume from node A"))
+	must.SliceNotEmpty(t, ctrlUnpublished, must.Sprint("ControllerUnpublishVolume from node A"))
 	must.True(t, unstaged[0].Time.After(unpublished[0].Time), must.Sprint("unstaged after unpublished"))
 	must.True(t, ctrlUnpublished[0].Time.After(unstaged[0].Time), must.Sprint("controller unpublish after the node's release"))
 
@@ -147,7 +153,8 @@ func TestE2E_PluginJobsDrain(t *testing.T) {
 	must.False(t, killing.IsZero(), must.Sprintf("no Killing event of node A's node plugin since the drain: %s", taskEvents(task)))
 	finished := time.Unix(0, task.FinishedAt)
 	must.True(t, !finished.Before(killing), must.Sprintf("finished %v before killed %v", finished, killing))
-	for _, c := range []devplugin.Call{unpublished[0], unstaged[0], ctrlUnpublished[0]} {
+	release := append(append(append([]devplugin.Call{}, unpublished...), unstaged...), ctrlUnpublished...)
+	for _, c := range release {
 		must.True(t, c.Time.Before(killing), must.Sprintf("%s at %v, after node A's node plugin was being stopped at %v",
 			c.Method, c.Time.Format(time.RFC3339Nano), killing.Format(time.RFC3339Nano)))
 	}
