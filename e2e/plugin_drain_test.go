@@ -227,6 +227,25 @@ func TestE2E_PluginJobsDrain(t *testing.T) {
 	rows := tableRows(nodeTable)
 	must.SliceLen(t, 1, rows, must.Sprint(res))
 	must.Eq(t, []string{nodeB, "true"}, rows[0][:2], must.Sprint(res))
+
+	// Eligible again, node A gets a node plugin of the system job again,
+	// and the plugin is healthy on both nodes; the consumer stays where
+	// it is.
+	res = e.cli(t, s, "node eligibility", "-enable", nodeA)
+	must.Zero(t, res.Code, must.Sprint(res))
+	again := e.pluginAlloc(t, s, "plugin-dev-nodes", nodeA)
+	must.NotEq(t, pluginA.ID, again.ID)
+	testutil.WaitForResult(t, leaderTimeout, func() (bool, error) {
+		p, err := e.plugin(s)
+		if err != nil {
+			return false, err
+		}
+		if p.NodesHealthy != 2 || p.Nodes[nodeA] == nil || !p.Nodes[nodeA].Healthy {
+			return false, fmt.Errorf("nodes healthy %d, expected %d: %+v", p.NodesHealthy, p.NodesExpected, p.Nodes)
+		}
+		return true, nil
+	})
+	must.Eq(t, moved.ID, e.waitConsumer(t, s, first.ID).ID)
 }
 
 // waitConsumer waits until the consumer job has a live allocation other
