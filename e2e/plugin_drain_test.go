@@ -161,6 +161,17 @@ func TestE2E_PluginJobsDrain(t *testing.T) {
 	t.Logf("on node A: NodeUnpublishVolume %v, NodeUnstageVolume %v, ControllerUnpublishVolume %v, node plugin killed %v",
 		unpublished[0].Time.Format(time.StampMicro), unstaged[0].Time.Format(time.StampMicro),
 		ctrlUnpublished[0].Time.Format(time.StampMicro), killing.Format(time.StampMicro))
+	// Every allocation on node A ended: the consumer, the controller and
+	// the node plugin.
+	var onA []*structs.Allocation
+	must.NoError(t, e.get(s.HTTPAddr()+"/v1/node/"+nodeA+"/allocations", &onA))
+	jobs := map[string]bool{}
+	for _, a := range onA {
+		jobs[a.JobID] = true
+		must.True(t, a.ServerTerminal() && a.ClientTerminal(),
+			must.Sprintf("allocation %s of %s on node A is %s/%s", a.ID, a.JobID, a.DesiredStatus, a.ClientStatus))
+	}
+	must.Eq(t, map[string]bool{"consumer": true, "plugin-dev-nodes": true, "plugin-dev-controllers": true}, jobs)
 	// Node B's node plugin kept running.
 	must.Eq(t, pluginB.ID, e.pluginAlloc(t, s, "plugin-dev-nodes", nodeB).ID)
 
