@@ -227,7 +227,8 @@ func (e *clientEnv) waitPluginHealth(t *testing.T, s Server, healthy int) {
 		if err != nil {
 			return false, err
 		}
-		return true, e.pluginHealth(p, healthy)
+		err = e.pluginHealth(p, healthy)
+		return err == nil, err
 	})
 }
 

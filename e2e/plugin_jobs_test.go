@@ -32,38 +32,11 @@ const pluginRestartTimeout = 90 * time.Second
 // running.
 func TestE2E_PluginJobs(t *testing.T) {
 	t.Parallel()
-	c := NewProcessCluster(t, ProcessConfig{Servers: 3, ServerConfig: clientServerConfig})
-	leader := WaitForLeader(t, c)
-	e := &clientEnv{
-		c: c, secret: newSecret(t), specDir: t.TempDir(), stateDir: t.TempDir(),
-		nodeIDs: map[string]string{}, csiLog: &bytes.Buffer{},
-	}
-	for _, name := range []string{"c1", "c2"} {
-		cl := c.StartClient(t, ClientConfig{Name: name})
-		e.clients = append(e.clients, cl)
-		t.Cleanup(func() { killTasksUnder(t, cl.DataDir()) })
-	}
-	s := Followers(c, leader)[0]
-	e.waitNodesReady(t, s)
-
-	// The example plugin jobs, with the binary under test and the test's
-	// storage system.
-	for _, f := range []string{"plugin-node.hcl", "plugin-controller.hcl"} {
-		src, err := os.ReadFile(filepath.Join("..", "examples", f))
-		must.NoError(t, err)
-		spec := strings.ReplaceAll(string(src), `command = "volplane"`, fmt.Sprintf("command = %q", volplaneBin))
-		spec = strings.ReplaceAll(spec, "/tmp/volplane-csi-dev", e.stateDir)
-		res := e.cli(t, s, "job run", "-detach", writeFile(t, e.specDir, f, spec))
-		must.Zero(t, res.Code, must.Sprint(res))
-	}
-	e.waitPluginHealth(t, s, 2)
-	res := e.cli(t, s, "plugin status", pluginID)
-	must.Zero(t, res.Code, must.Sprint(res))
-	must.StrContains(t, res.Stdout, devplugin.PluginName, must.Sprint(res))
+	e, s := startPluginJobs(t)
 
 	// Volumes created through a controller task, used per allocation.
 	exts := e.createVolumes(t, s, 3)
-	res = e.cli(t, s, "job run", "-detach", filepath.Join("..", "examples", "job-per-alloc.hcl"))
+	res := e.cli(t, s, "job run", "-detach", filepath.Join("..", "examples", "job-per-alloc.hcl"))
 	must.Zero(t, res.Code, must.Sprint(res))
 	web := e.waitJobAllocs(t, s, "web", structs.AllocClientStatusRunning)
 	for i := range 3 {
@@ -108,6 +81,45 @@ func TestE2E_PluginJobs(t *testing.T) {
 			return !vol.InUse(), fmt.Errorf("volume %s is still claimed", volID(i))
 		})
 	}
+}
+
+// startPluginJobs starts 3 servers and 2 clients without static plugins,
+// runs the example plugin jobs (examples/plugin-node.hcl and
+// examples/plugin-controller.hcl, with the binary under test and the
+// test's storage system), and waits until the plugin is healthy on both
+// nodes with two controllers, as a follower of the leader, which it
+// returns, sees it.
+func startPluginJobs(t *testing.T) (*clientEnv, Server) {
+	t.Helper()
+	c := NewProcessCluster(t, ProcessConfig{Servers: 3, ServerConfig: clientServerConfig})
+	leader := WaitForLeader(t, c)
+	e := &clientEnv{
+		c: c, secret: newSecret(t), specDir: t.TempDir(), stateDir: t.TempDir(),
+		nodeIDs: map[string]string{}, csiLog: &bytes.Buffer{},
+	}
+	for _, name := range []string{"c1", "c2"} {
+		cl := c.StartClient(t, ClientConfig{Name: name})
+		e.clients = append(e.clients, cl)
+		t.Cleanup(func() { killTasksUnder(t, cl.DataDir()) })
+	}
+	s := Followers(c, leader)[0]
+	e.waitNodesReady(t, s)
+
+	// The example plugin jobs, with the binary under test and the test's
+	// storage system.
+	for _, f := range []string{"plugin-node.hcl", "plugin-controller.hcl"} {
+		src, err := os.ReadFile(filepath.Join("..", "examples", f))
+		must.NoError(t, err)
+		spec := strings.ReplaceAll(string(src), `command = "volplane"`, fmt.Sprintf("command = %q", volplaneBin))
+		spec = strings.ReplaceAll(spec, "/tmp/volplane-csi-dev", e.stateDir)
+		res := e.cli(t, s, "job run", "-detach", writeFile(t, e.specDir, f, spec))
+		must.Zero(t, res.Code, must.Sprint(res))
+	}
+	e.waitPluginHealth(t, s, 2)
+	res := e.cli(t, s, "plugin status", pluginID)
+	must.Zero(t, res.Code, must.Sprint(res))
+	must.StrContains(t, res.Stdout, devplugin.PluginName, must.Sprint(res))
+	return e, s
 }
 
 // pluginAlloc returns the running allocation of the plugin job on node.
