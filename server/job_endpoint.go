@@ -17,6 +17,33 @@ type Job struct {
 	logger hclog.Logger
 }
 
+// admit returns a copy of a job sent for registration (or a plan of it),
+// in its namespace (the request's when the job names none), canonicalized,
+// validated with every problem in one error, within the cluster's group
+// count limit, and with the server-owned fields cleared: those never come
+// from the caller.
+func (e *Job) admit(sent *structs.Job, requestNamespace string) (*structs.Job, error) {
+	if sent == nil {
+		return nil, structs.ErrInvalid("missing job")
+	}
+	job := sent.Copy()
+	if job.Namespace == "" {
+		job.Namespace = requestNamespace
+	}
+	job.Canonicalize()
+	if err := job.Validate(); err != nil {
+		return nil, err
+	}
+	for _, tg := range job.TaskGroups {
+		if tg.Count > e.srv.config.MaxGroupCount {
+			return nil, structs.ErrInvalid("job %q validation failed: group %q: count %d is over this cluster's limit of %d (server { job_max_group_count })",
+				job.ID, tg.Name, tg.Count, e.srv.config.MaxGroupCount)
+		}
+	}
+	job.ClearServerFields()
+	return job, nil
+}
+
 // Register registers a job or a new version of it. The job is validated
 // here, every problem in one error; placing it is the placer's work, which
 // a registration wakes.
@@ -24,25 +51,10 @@ func (e *Job) Register(args *structs.JobRegisterRequest, reply *structs.JobRegis
 	if done, err := e.srv.forward("Job.Register", args, args, reply); done {
 		return err
 	}
-	if args.Job == nil {
-		return structs.ErrInvalid("missing job")
-	}
-	job := args.Job.Copy()
-	if job.Namespace == "" {
-		job.Namespace = args.RequestNamespace()
-	}
-	job.Canonicalize()
-	if err := job.Validate(); err != nil {
+	job, err := e.admit(args.Job, args.RequestNamespace())
+	if err != nil {
 		return err
 	}
-	for _, tg := range job.TaskGroups {
-		if tg.Count > e.srv.config.MaxGroupCount {
-			return structs.ErrInvalid("job %q validation failed: group %q: count %d is over this cluster's limit of %d (server { job_max_group_count })",
-				job.ID, tg.Name, tg.Count, e.srv.config.MaxGroupCount)
-		}
-	}
-	// Server-owned fields never come from the caller.
-	job.ClearServerFields()
 	existing, err := e.srv.State().JobByID(nil, job.Namespace, job.ID)
 	if err != nil {
 		return err

@@ -15,24 +15,10 @@ func (e *Job) Plan(args *structs.JobPlanRequest, reply *structs.JobPlanResponse)
 	if done, err := e.srv.forward("Job.Plan", args, args, reply); done {
 		return err
 	}
-	if args.Job == nil {
-		return structs.ErrInvalid("missing job")
-	}
-	job := args.Job.Copy()
-	if job.Namespace == "" {
-		job.Namespace = args.RequestNamespace()
-	}
-	job.Canonicalize()
-	if err := job.Validate(); err != nil {
+	job, err := e.admit(args.Job, args.RequestNamespace())
+	if err != nil {
 		return err
 	}
-	for _, tg := range job.TaskGroups {
-		if tg.Count > e.srv.config.MaxGroupCount {
-			return structs.ErrInvalid("job %q validation failed: group %q: count %d is over this cluster's limit of %d (server { job_max_group_count })",
-				job.ID, tg.Name, tg.Count, e.srv.config.MaxGroupCount)
-		}
-	}
-	job.ClearServerFields()
 	snap, err := e.srv.State().Snapshot()
 	if err != nil {
 		return err
