@@ -44,6 +44,7 @@ func (j *Job) Canonicalize() {
 	if j.Name == "" {
 		j.Name = j.ID
 	}
+	j.canonicalizeUpdate()
 	for _, tg := range j.TaskGroups {
 		if tg == nil {
 			continue
@@ -93,6 +94,7 @@ func (j *Job) Validate() error {
 			j.Type, JobTypeService, JobTypeBatch, JobTypeSystem, JobTypeSysBatch)
 	}
 
+	validateUpdate(&m, "job", j.Update)
 	if len(j.TaskGroups) == 0 {
 		m.Add("job has no task groups")
 	}
@@ -141,6 +143,7 @@ func (j *Job) validateGroup(m *MultiError, i int, tg *TaskGroup) {
 	if tg.Count > MaxGroupCountCeiling {
 		m.Add("%s: count %d is over the limit of %d", where, tg.Count, MaxGroupCountCeiling)
 	}
+	validateUpdate(m, where, tg.Update)
 	if len(tg.Tasks) > MaxTasksPerGroup {
 		m.Add("%s: %d tasks; the limit is %d", where, len(tg.Tasks), MaxTasksPerGroup)
 		return
