@@ -32,7 +32,10 @@ import (
 // nothing. The others are stopped (DesiredStatus stop, with a
 // DesiredDescription saying why): every one of a stopped job, those of a
 // removed group or of an older job version (and replaced), those beyond the
-// count, and duplicates. A batch or sysbatch allocation that completed counts
+// count, and duplicates. A group with an update max_parallel (see
+// structs.TaskGroup.MaxParallel) replaces the allocations of an older
+// version a few at a time instead (see roll, in rolling.go), and says in
+// its placement's Waiting what the update waits for. A batch or sysbatch allocation that completed counts
 // as done and is neither replaced nor stopped. Missing allocations are placed
 // on a feasible node, spreading the job: the node with the fewest of its
 // allocations first, then the lowest node ID.

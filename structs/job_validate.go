@@ -28,7 +28,8 @@ const (
 // service, the name from the ID, a count of 1 for groups of service and
 // batch jobs that give none (0 stands for "not given": a job's allocations
 // are stopped with a job stop, not with count 0), each volume request's
-// name from its alias, and private mount propagation. The volume type is
+// name from its alias, private mount propagation, and the job's update
+// block for groups that have none. The volume type is
 // not defaulted: a volume block must say it is "csi". It is safe to call
 // more than once.
 func (j *Job) Canonicalize() {
