@@ -88,8 +88,17 @@ func (p *placer) inFlight(tg *structs.TaskGroup, g *groupAllocs) []string {
 			out = append(out, why)
 		}
 	}
+	// A system job's slot on a node that is gone or out of scheduling is
+	// not replaced, so it does not hold the update back.
+	eligible := map[string]bool{}
+	for _, n := range p.nodes {
+		eligible[n.ID] = n.Eligible()
+	}
 	failed := slices.SortedFunc(maps.Keys(g.failed), func(a, b string) int { return p.rollSlot(tg, a, b) })
 	for _, slot := range failed {
+		if p.job.IsSystem() && !eligible[slot] {
+			continue
+		}
 		if g.kept[slot] == nil && g.old[slot] == nil && !g.done[slot] {
 			out = append(out, fmt.Sprintf("waiting for the failed allocation %s to be replaced and run", p.slotName(tg, slot)))
 		}

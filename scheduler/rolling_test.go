@@ -252,3 +252,27 @@ func TestPlace_NoUpdateReplacesAllAtOnce(t *testing.T) {
 	must.Len(t, 3, placedIDs(plan))
 	must.False(t, slices.ContainsFunc(placedIDs(plan), func(id string) bool { return slices.Contains(ids, id) }))
 }
+
+// TestPlace_RollingSystemFailedNodeLeftOut: a system job's replacement that
+// failed holds the update back, until its node is taken out of scheduling:
+// its slot is then not replaced, so the update goes on.
+func TestPlace_RollingSystemFailedNodeLeftOut(t *testing.T) {
+	h := newHarness(t, devNodes("n1", "n2")...)
+	job := h.register(withUpdate(schedtest.Job("sys", structs.JobTypeSystem, 0), 1))
+	plan := h.run(job)
+	h.setRunning("sys", placedIDs(plan)...)
+	job = h.newVersion(job, "/bin/false")
+	plan = h.run(job)
+	must.Eq(t, map[string]string{"sys.g[0]": "n1"}, where(plan))
+	newID := placedIDs(plan)[0]
+
+	a, err := h.s.AllocByID(nil, newID)
+	must.NoError(t, err)
+	a = a.Copy()
+	a.ClientStatus = structs.AllocClientStatusFailed
+	h.s.Allocs(a)
+	h.s.Eligibility("n1", structs.NodeSchedulingIneligible)
+	plan = h.run(job)
+	must.Eq(t, map[string]string{"sys.g[0]": "n2"}, where(plan), must.Sprint("n2's turn"))
+	must.MapLen(t, 1, stopped(plan))
+}
