@@ -156,6 +156,11 @@ func TestPluginJob_HealthyKilledRestartedStopped(t *testing.T) {
 	must.NotNil(t, alloc)
 	ev := alloc.TaskStates["plugin"].Events
 	must.Eq(t, "plugin: dev", ev[len(ev)-1].DisplayMessage)
+	// The node reports which allocation runs the instance, on both sides.
+	p, err := srv.State().CSIPluginByID(nil, "dev")
+	must.NoError(t, err)
+	must.Eq(t, alloc.ID, p.Nodes[c.NodeID()].AllocID)
+	must.Eq(t, alloc.ID, p.Controllers[c.NodeID()].AllocID)
 
 	// SIGKILL the plugin itself (not its shim): the client sees the task
 	// end, reports the instance unhealthy, and restarts the task.

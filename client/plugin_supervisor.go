@@ -202,7 +202,7 @@ func (r *allocRunner) supervisePlugins(now time.Time) {
 // registerPlugin registers a plugin task's instance with the plugin
 // manager; its health changes become the task's events.
 func (r *allocRunner) registerPlugin(name string, p *pluginTask) {
-	pc := PluginConfig{ID: p.cfg.ID, Endpoint: "unix://" + p.socket, Type: p.cfg.Type}
+	pc := PluginConfig{ID: p.cfg.ID, Endpoint: "unix://" + p.socket, Type: p.cfg.Type, AllocID: r.id}
 	err := r.m.c.plugins.Register(p.key, pc, func(healthy bool, reason string) {
 		r.pluginHealthChanged(name, p, healthy, reason)
 	})

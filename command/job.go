@@ -107,7 +107,8 @@ func (c *JobRunCommand) Run(args []string) int {
 }
 
 // formatPlacement shows, per task group in the job's order, the allocations
-// wanted and placed, then every reason a group is blocked.
+// wanted and placed, then every reason a group is blocked and what a
+// rolling update waits for.
 func formatPlacement(j *structs.Job) string {
 	var rows [][]string
 	var blocked strings.Builder
@@ -129,6 +130,12 @@ func formatPlacement(j *structs.Job) string {
 		if len(p.Blocked) > 0 {
 			fmt.Fprintf(&blocked, "\n\nGroup %q is blocked:", tg.Name)
 			for _, reason := range p.Blocked {
+				blocked.WriteString("\n  * " + oneLine(reason))
+			}
+		}
+		if len(p.Waiting) > 0 {
+			fmt.Fprintf(&blocked, "\n\nGroup %q is being updated:", tg.Name)
+			for _, reason := range p.Waiting {
 				blocked.WriteString("\n  * " + oneLine(reason))
 			}
 		}

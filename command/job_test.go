@@ -380,3 +380,20 @@ func TestJobAndAllocParents(t *testing.T) {
 	must.StrContains(t, r.out, "-detach")
 	must.StrContains(t, r.out, "The namespace of the job.")
 }
+
+// TestFormatPlacement_Waiting: what a rolling update waits for is listed
+// under its group.
+func TestFormatPlacement_Waiting(t *testing.T) {
+	j := &structs.Job{ID: "p", Type: structs.JobTypeSystem, TaskGroups: []*structs.TaskGroup{{Name: "nodes"}},
+		Placement: map[string]*structs.GroupPlacement{"nodes": {Desired: 2, Placed: 2, Waiting: []string{
+			"rolling update: 1 allocation(s) of an older version left to replace, 1 at a time (update max_parallel)",
+			`rolling update: waiting for the CSI plugin "dev" of allocation a1 (task "plugin") to be healthy on node n1`,
+		}}}}
+	must.Eq(t, `Placement
+Group  Desired  Placed
+nodes  2        2
+
+Group "nodes" is being updated:
+  * rolling update: 1 allocation(s) of an older version left to replace, 1 at a time (update max_parallel)
+  * rolling update: waiting for the CSI plugin "dev" of allocation a1 (task "plugin") to be healthy on node n1`, formatPlacement(j))
+}

@@ -227,6 +227,8 @@ func (e *clientEnv) waitPluginHealth(t *testing.T, s Server, healthy int) {
 		if err != nil {
 			return false, err
 		}
+		// Done only once the plugin matches (returning true with an
+		// error would end the wait as soon as the plugin exists).
 		err = e.pluginHealth(p, healthy)
 		return err == nil, err
 	})

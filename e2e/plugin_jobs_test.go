@@ -33,19 +33,12 @@ const pluginRestartTimeout = 90 * time.Second
 func TestE2E_PluginJobs(t *testing.T) {
 	t.Parallel()
 	e, s := startPluginJobs(t)
+	res := e.cli(t, s, "plugin status", pluginID)
+	must.Zero(t, res.Code, must.Sprint(res))
+	must.StrContains(t, res.Stdout, devplugin.PluginName, must.Sprint(res))
 
 	// Volumes created through a controller task, used per allocation.
-	exts := e.createVolumes(t, s, 3)
-	res := e.cli(t, s, "job run", "-detach", filepath.Join("..", "examples", "job-per-alloc.hcl"))
-	must.Zero(t, res.Code, must.Sprint(res))
-	web := e.waitJobAllocs(t, s, "web", structs.AllocClientStatusRunning)
-	for i := range 3 {
-		hello := filepath.Join(devplugin.VolumeDataDir(e.stateDir, exts[volID(i)]), "hello")
-		testutil.WaitForResult(t, leaderTimeout, func() (bool, error) {
-			b, err := os.ReadFile(hello)
-			return err == nil && string(b) == "hi\n", fmt.Errorf("%s: %q, %v", hello, b, err)
-		})
-	}
+	_, web := e.runPerAllocConsumer(t, s)
 
 	// SIGKILL the node plugin on c1 (the plugin, not its supervisor).
 	victim := e.clients[0]
@@ -83,12 +76,11 @@ func TestE2E_PluginJobs(t *testing.T) {
 	}
 }
 
-// startPluginJobs starts 3 servers and 2 clients without static plugins,
-// runs the example plugin jobs (examples/plugin-node.hcl and
-// examples/plugin-controller.hcl, with the binary under test and the
-// test's storage system), and waits until the plugin is healthy on both
-// nodes with two controllers, as a follower of the leader, which it
-// returns, sees it.
+// startPluginJobs starts 3 servers and 2 clients without static plugins
+// and runs the example plugin jobs (examples/plugin-node.hcl, a system job
+// of node plugins, and examples/plugin-controller.hcl, two controllers)
+// with the binary under test and the test's storage system; it returns
+// once the plugin is healthy on both nodes, with the follower it talks to.
 func startPluginJobs(t *testing.T) (*clientEnv, Server) {
 	t.Helper()
 	c := NewProcessCluster(t, ProcessConfig{Servers: 3, ServerConfig: clientServerConfig})
@@ -104,22 +96,49 @@ func startPluginJobs(t *testing.T) (*clientEnv, Server) {
 	}
 	s := Followers(c, leader)[0]
 	e.waitNodesReady(t, s)
-
-	// The example plugin jobs, with the binary under test and the test's
-	// storage system.
 	for _, f := range []string{"plugin-node.hcl", "plugin-controller.hcl"} {
-		src, err := os.ReadFile(filepath.Join("..", "examples", f))
-		must.NoError(t, err)
-		spec := strings.ReplaceAll(string(src), `command = "volplane"`, fmt.Sprintf("command = %q", volplaneBin))
-		spec = strings.ReplaceAll(spec, "/tmp/volplane-csi-dev", e.stateDir)
-		res := e.cli(t, s, "job run", "-detach", writeFile(t, e.specDir, f, spec))
+		res := e.cli(t, s, "job run", "-detach", e.examplePluginJob(t, f, nil))
 		must.Zero(t, res.Code, must.Sprint(res))
 	}
 	e.waitPluginHealth(t, s, 2)
-	res := e.cli(t, s, "plugin status", pluginID)
-	must.Zero(t, res.Code, must.Sprint(res))
-	must.StrContains(t, res.Stdout, devplugin.PluginName, must.Sprint(res))
 	return e, s
+}
+
+// examplePluginJob writes the example plugin job file f with the binary
+// under test, the test's storage system and the extra plugin arguments,
+// and returns its path.
+func (e *clientEnv) examplePluginJob(t *testing.T, f string, extraArgs []string) string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("..", "examples", f))
+	must.NoError(t, err)
+	spec := strings.ReplaceAll(string(src), `command = "volplane"`, fmt.Sprintf("command = %q", volplaneBin))
+	args := fmt.Sprintf(`"-state-dir", %q`, e.stateDir)
+	for _, a := range extraArgs {
+		args += fmt.Sprintf(", %q", a)
+	}
+	spec = strings.ReplaceAll(spec, `"-state-dir", "/tmp/volplane-csi-dev"`, args)
+	must.StrContains(t, spec, e.stateDir, must.Sprintf("%s names the storage system's directory", f))
+	return writeFile(t, e.specDir, f, spec)
+}
+
+// runPerAllocConsumer creates vol[0] to vol[2] through a controller task
+// and runs the per_alloc job of examples/job-per-alloc.hcl on them; it
+// returns the volumes' external IDs and the job's running allocations,
+// once each has written to its volume.
+func (e *clientEnv) runPerAllocConsumer(t *testing.T, s Server) (map[string]string, map[string]*structs.Allocation) {
+	t.Helper()
+	exts := e.createVolumes(t, s, 3)
+	res := e.cli(t, s, "job run", "-detach", filepath.Join("..", "examples", "job-per-alloc.hcl"))
+	must.Zero(t, res.Code, must.Sprint(res))
+	web := e.waitJobAllocs(t, s, "web", structs.AllocClientStatusRunning)
+	for i := range 3 {
+		hello := filepath.Join(devplugin.VolumeDataDir(e.stateDir, exts[volID(i)]), "hello")
+		testutil.WaitForResult(t, leaderTimeout, func() (bool, error) {
+			b, err := os.ReadFile(hello)
+			return err == nil && string(b) == "hi\n", fmt.Errorf("%s: %q, %v", hello, b, err)
+		})
+	}
+	return exts, web
 }
 
 // pluginAlloc returns the running allocation of the plugin job on node.

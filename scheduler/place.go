@@ -32,7 +32,10 @@ import (
 // nothing. The others are stopped (DesiredStatus stop, with a
 // DesiredDescription saying why): every one of a stopped job, those of a
 // removed group or of an older job version (and replaced), those beyond the
-// count, and duplicates. A batch or sysbatch allocation that completed counts
+// count, and duplicates. A group with an update max_parallel (see
+// structs.TaskGroup.MaxParallel) replaces the allocations of an older
+// version a few at a time instead (see roll, in rolling.go), and says in
+// its placement's Waiting what the update waits for. A batch or sysbatch allocation that completed counts
 // as done and is neither replaced nor stopped. Missing allocations are placed
 // on a feasible node, spreading the job: the node with the fewest of its
 // allocations first, then the lowest node ID.
@@ -74,6 +77,9 @@ func Place(st feasibility.State, nodes []*structs.Node, job *structs.Job, existi
 		placement: map[string]*structs.GroupPlacement{},
 	}
 	p.reconcile(existing)
+	// Every stop before any placement: a stopped allocation's claims and
+	// node no longer hold back its replacement.
+	p.roll()
 	for _, tg := range job.TaskGroups {
 		gp := &structs.GroupPlacement{}
 		p.placement[tg.Name] = gp
@@ -85,6 +91,7 @@ func Place(st feasibility.State, nodes []*structs.Node, job *structs.Job, existi
 		} else {
 			p.placeCount(tg, gp)
 		}
+		p.explainRolling(tg, gp)
 		if err := p.ctx.Err(); err != nil {
 			return nil, fmt.Errorf("scheduler: placing job %q: %w", job.ID, err)
 		}
@@ -136,6 +143,16 @@ type groupAllocs struct {
 	done map[string]bool
 	// failed are, by slot, the failures under the job's current version.
 	failed map[string]failures
+
+	// old are, by slot, the live allocations of an older job version that
+	// a rolling update replaces (see roll).
+	old map[string]*structs.Allocation
+	// left counts the old allocations that stay for a later run; inFlight
+	// says why each replacement in flight before this run is not healthy;
+	// placed are the allocations this run placed.
+	left     int
+	inFlight []string
+	placed   []*structs.Allocation
 }
 
 // failures counts a slot's failed allocations and when the last one failed.
@@ -147,7 +164,8 @@ type failures struct {
 func (p *placer) group(name string) *groupAllocs {
 	g := p.groups[name]
 	if g == nil {
-		g = &groupAllocs{kept: map[string]*structs.Allocation{}, done: map[string]bool{}, failed: map[string]failures{}}
+		g = &groupAllocs{kept: map[string]*structs.Allocation{}, done: map[string]bool{}, failed: map[string]failures{},
+			old: map[string]*structs.Allocation{}}
 		p.groups[name] = g
 	}
 	return g
@@ -188,6 +206,16 @@ func (p *placer) reconcile(existing []*structs.Allocation) {
 			continue
 		}
 		why := p.stopReason(a, tg)
+		if why == "" && a.JobVersion != p.job.Version {
+			// An older version's allocation, replaced rolling.
+			g := p.group(tg.Name)
+			if k := g.old[p.slot(a)]; k != nil {
+				why = fmt.Sprintf("duplicate of allocation %q", k.ID)
+			} else {
+				g.old[p.slot(a)] = a
+				continue
+			}
+		}
 		if why == "" {
 			g := p.group(tg.Name)
 			if k := g.kept[p.slot(a)]; k != nil {
@@ -209,7 +237,7 @@ func (p *placer) stopReason(a *structs.Allocation, tg *structs.TaskGroup) string
 		return "job stopped"
 	case tg == nil:
 		return fmt.Sprintf("task group %q is no longer in the job", a.TaskGroup)
-	case a.JobVersion != p.job.Version:
+	case a.JobVersion != p.job.Version && tg.MaxParallel() == 0:
 		return fmt.Sprintf("replaced by job version %d", p.job.Version)
 	case p.job.IsSystem():
 		return ""
@@ -390,6 +418,8 @@ func (p *placer) place(tg *structs.TaskGroup, name string, node *structs.Node) {
 	p.changed = append(p.changed, a)
 	p.ctx.Plan(a)
 	p.perNode[node.ID]++
+	g := p.group(tg.Name)
+	g.placed = append(g.placed, a)
 }
 
 // addReason appends a reason once: allocations of one group often fail for
@@ -407,7 +437,8 @@ func (p *placer) stampPlacement() bool {
 	changed := len(p.job.Placement) != len(p.placement)
 	for name, gp := range p.placement {
 		old := p.job.Placement[name]
-		if old != nil && old.Desired == gp.Desired && old.Placed == gp.Placed && slices.Equal(old.Blocked, gp.Blocked) {
+		if old != nil && old.Desired == gp.Desired && old.Placed == gp.Placed && slices.Equal(old.Blocked, gp.Blocked) &&
+			slices.Equal(old.Waiting, gp.Waiting) {
 			gp.UpdatedAt = old.UpdatedAt
 			continue
 		}

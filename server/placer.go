@@ -191,11 +191,11 @@ func maxAllocIndex(allocs []*structs.Allocation) uint64 {
 	return m
 }
 
-// fullyPlaced reports whether every group has all it wants and nothing
-// blocked.
+// fullyPlaced reports whether every group has all it wants, nothing
+// blocked and no rolling update waiting.
 func fullyPlaced(job *structs.Job) bool {
 	for _, p := range job.Placement {
-		if p.Placed < p.Desired || len(p.Blocked) > 0 {
+		if p.Placed < p.Desired || len(p.Blocked) > 0 || len(p.Waiting) > 0 {
 			return false
 		}
 	}

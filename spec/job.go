@@ -55,7 +55,44 @@ type hclJob struct {
 	Name      string      `hcl:"name,optional"`
 	Type      string      `hcl:"type,optional"`
 	Namespace string      `hcl:"namespace,optional"`
+	Update    *hclUpdate  `hcl:"update,block"`
 	Groups    []*hclGroup `hcl:"group,block"`
+}
+
+// hclUpdate is an update block, Nomad's. volplane honours max_parallel
+// (Nomad's default, 1, when left out); the other attributes are accepted,
+// for job files written for Nomad, and ignored.
+type hclUpdate struct {
+	MaxParallel      *int      `hcl:"max_parallel,optional"`
+	MaxParallelRange hcl.Range `hcl:"max_parallel,attr_value_range"`
+	Stagger          string    `hcl:"stagger,optional"`
+	HealthCheck      string    `hcl:"health_check,optional"`
+	MinHealthyTime   string    `hcl:"min_healthy_time,optional"`
+	HealthyDeadline  string    `hcl:"healthy_deadline,optional"`
+	ProgressDeadline string    `hcl:"progress_deadline,optional"`
+	AutoRevert       bool      `hcl:"auto_revert,optional"`
+	AutoPromote      bool      `hcl:"auto_promote,optional"`
+	Canary           int       `hcl:"canary,optional"`
+}
+
+// toStructs returns the update strategy; nil for no block.
+func (u *hclUpdate) toStructs() (*structs.UpdateStrategy, hcl.Diagnostics) {
+	if u == nil {
+		return nil, nil
+	}
+	out := &structs.UpdateStrategy{MaxParallel: structs.DefaultUpdateMaxParallel}
+	if u.MaxParallel != nil {
+		out.MaxParallel = *u.MaxParallel
+	}
+	if out.MaxParallel < 0 {
+		return nil, hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Invalid max_parallel",
+			Detail:   "max_parallel must be 0 (replace every allocation at once) or more.",
+			Subject:  u.MaxParallelRange.Ptr(),
+		}}
+	}
+	return out, nil
 }
 
 type hclGroup struct {
@@ -66,6 +103,7 @@ type hclGroup struct {
 	CountRange hcl.Range       `hcl:"count,attr_value_range"`
 	Volumes    []*hclVolumeReq `hcl:"volume,block"`
 	Tasks      []*hclTask      `hcl:"task,block"`
+	Update     *hclUpdate      `hcl:"update,block"`
 	NameRange  hcl.Range       `hcl:"name,label_range"`
 }
 
@@ -159,7 +197,7 @@ func parseJobHCL(filename string, src []byte) (*structs.Job, error) {
 		}})
 	}
 	job := &structs.Job{ID: hj.ID, Name: hj.Name, Type: hj.Type, Namespace: hj.Namespace}
-	diags = nil
+	job.Update, diags = hj.Update.toStructs()
 	groups := map[string]bool{}
 	for _, hg := range hj.Groups {
 		if groups[hg.Name] {
@@ -180,6 +218,7 @@ func parseJobHCL(filename string, src []byte) (*structs.Job, error) {
 func (hg *hclGroup) toStructs(jobType string) (*structs.TaskGroup, hcl.Diagnostics) {
 	var diags hcl.Diagnostics
 	tg := &structs.TaskGroup{Name: hg.Name, Count: 1}
+	tg.Update, diags = hg.Update.toStructs()
 	if hg.Count != nil {
 		tg.Count = *hg.Count
 		// Canonicalize reads 0 as "not given", so an explicit 0 would run

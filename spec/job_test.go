@@ -179,6 +179,22 @@ func TestParseJob_Good(t *testing.T) {
 			},
 		},
 	}
+	// Update blocks: a group without one takes the job's; a block without
+	// max_parallel means Nomad's default, 1; Nomad's other attributes are
+	// accepted.
+	group := func(name string, maxParallel int) *structs.TaskGroup {
+		return &structs.TaskGroup{Name: name, Count: 1, Update: &structs.UpdateStrategy{MaxParallel: maxParallel},
+			Tasks: []*structs.Task{{Name: "t", Driver: "exec", Config: structs.TaskConfig{Command: "true"}}}}
+	}
+	updates := &structs.Job{ID: "j", Name: "j", Namespace: "default", Type: "service",
+		Update: &structs.UpdateStrategy{MaxParallel: 2}, TaskGroups: []*structs.TaskGroup{group("g", 1), group("h", 2)}}
+	cases = append(cases, struct {
+		name string
+		src  string
+		want *structs.Job
+	}{name: "update blocks", want: updates,
+		src: "job \"j\" {\n update {\n max_parallel = 2\n stagger = \"30s\"\n health_check = \"task_states\"\n canary = 0\n }\n" +
+			" group \"g\" {\n update {}\n" + minimalTask + "\n}\n group \"h\" {\n" + minimalTask + "\n}\n}\n"})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseJob("job.hcl", []byte(tc.src))
@@ -211,6 +227,8 @@ func TestParseJob_Bad(t *testing.T) {
 		{name: "count not a number", src: group(`count = "three"`),
 			want: []string{`job.hcl:3:10: Incorrect value type for "count"`}},
 		{name: "count not whole", src: group(`count = 1.5`), want: []string{"job.hcl:3:", "count"}},
+		{name: "negative max_parallel", src: group("update {\n max_parallel = -1\n}\n" + minimalTask),
+			want: []string{"job.hcl:4:", "Invalid max_parallel"}},
 		{name: "explicit count 0", src: group("count = 0\n" + minimalTask),
 			want: []string{"job.hcl:3:9: Invalid count", `use "volplane job stop"`}},
 		{name: "duplicate group", src: "job \"j\" {\n  group \"g\" {\n  }\n  group \"g\" {\n  }\n}\n",

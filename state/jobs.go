@@ -69,7 +69,7 @@ func upsertJobTxn(txn *memdb.Txn, index uint64, now int64, job *structs.Job) err
 		return insertJobTxn(txn, j)
 	}
 	if !existing.Stop && reflect.DeepEqual(existing.TaskGroups, j.TaskGroups) &&
-		existing.Type == j.Type && existing.Name == j.Name {
+		reflect.DeepEqual(existing.Update, j.Update) && existing.Type == j.Type && existing.Name == j.Name {
 		// The same specification again: nothing to do.
 		return nil
 	}
@@ -98,7 +98,7 @@ func JobVersionAfter(existing, job *structs.Job) (uint64, bool) {
 	// lists are all non-nil.
 	job = job.Copy()
 	if !existing.Stop && reflect.DeepEqual(existing.TaskGroups, job.TaskGroups) &&
-		existing.Type == job.Type && existing.Name == job.Name {
+		reflect.DeepEqual(existing.Update, job.Update) && existing.Type == job.Type && existing.Name == job.Name {
 		return existing.Version, false
 	}
 	if existing.Stop || existing.Type != job.Type || !sameExceptCounts(existing.TaskGroups, job.TaskGroups) {
@@ -108,7 +108,9 @@ func JobVersionAfter(existing, job *structs.Job) (uint64, bool) {
 }
 
 // sameExceptCounts reports whether two versions of a job's groups differ at
-// most in their counts.
+// most in their counts and update blocks: neither changes what an
+// allocation runs, so neither replaces allocations (as in Nomad, where an
+// update block's change is not destructive).
 func sameExceptCounts(a, b []*structs.TaskGroup) bool {
 	if len(a) != len(b) {
 		return false
@@ -116,6 +118,7 @@ func sameExceptCounts(a, b []*structs.TaskGroup) bool {
 	for i := range a {
 		x, y := a[i].Copy(), b[i].Copy()
 		x.Count, y.Count = 0, 0
+		x.Update, y.Update = nil, nil
 		if !reflect.DeepEqual(x, y) {
 			return false
 		}
@@ -336,7 +339,8 @@ func refreshJobTxn(txn *memdb.Txn, index uint64, job *structs.Job, placement map
 
 func placementEqual(a, b map[string]*structs.GroupPlacement) bool {
 	return maps.EqualFunc(a, b, func(x, y *structs.GroupPlacement) bool {
-		return x.Desired == y.Desired && x.Placed == y.Placed && reflect.DeepEqual(x.Blocked, y.Blocked)
+		return x.Desired == y.Desired && x.Placed == y.Placed && reflect.DeepEqual(x.Blocked, y.Blocked) &&
+			reflect.DeepEqual(x.Waiting, y.Waiting)
 	})
 }
 

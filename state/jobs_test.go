@@ -102,3 +102,36 @@ func TestJobs_StopAndPurge(t *testing.T) {
 	err := s.DeregisterJob(15, 500, "default", "web", true)
 	must.Eq(t, structs.ErrCodeNotFound, structs.CodeOf(err))
 }
+
+// TestJobs_UpdateBlockIsNotAVersion: changing only an update block (the
+// job's or a group's) is a new registration but not a new version, as in
+// Nomad: it replaces no allocation. Its JobVersionAfter agrees.
+func TestJobs_UpdateBlockIsNotAVersion(t *testing.T) {
+	s := TestStateStore(t)
+	must.NoError(t, s.UpsertJob(10, 100, testJob("web")))
+
+	v := testJob("web")
+	v.Update = &structs.UpdateStrategy{MaxParallel: 2}
+	existing, err := s.JobByID(nil, "default", "web")
+	must.NoError(t, err)
+	version, changed := JobVersionAfter(existing, v)
+	must.Eq(t, uint64(0), version)
+	must.True(t, changed)
+	must.NoError(t, s.UpsertJob(11, 101, v))
+	j, _ := s.JobByID(nil, "default", "web")
+	must.Eq(t, uint64(0), j.Version)
+	must.Eq(t, uint64(11), j.JobModifyIndex)
+	must.Eq(t, 2, j.Update.MaxParallel)
+
+	v = v.Copy()
+	v.TaskGroups[0].Update = &structs.UpdateStrategy{MaxParallel: 1}
+	must.NoError(t, s.UpsertJob(12, 102, v))
+	j, _ = s.JobByID(nil, "default", "web")
+	must.Eq(t, uint64(0), j.Version)
+	must.Eq(t, uint64(12), j.JobModifyIndex)
+	must.Eq(t, 1, j.TaskGroups[0].MaxParallel())
+
+	// The same again changes nothing.
+	must.NoError(t, s.UpsertJob(13, 103, v))
+	mustIndex(t, s, TableJobs, 12)
+}

@@ -44,6 +44,8 @@ type Job struct {
 	Status string
 	// Version counts registrations of the job.
 	Version uint64
+	// Update is the job's update block: the default of its groups'.
+	Update *UpdateStrategy `json:",omitempty"`
 
 	// Placement is, per task group, what the servers placed and, while
 	// allocations are missing, why. Written by the placer on the leader.
@@ -68,6 +70,10 @@ type GroupPlacement struct {
 	// allocation of the group may be placed (Unix nanoseconds, by the
 	// leader's clock); 0 when none waits.
 	NextPlacement int64
+	// Waiting lists what a rolling update (the group's update max_parallel)
+	// waits for before it replaces more allocations of an older job
+	// version, e.g. a replacement that is not running yet.
+	Waiting []string `json:",omitempty"`
 }
 
 // TaskGroup is a set of tasks placed together, with the volumes they use.
@@ -76,6 +82,8 @@ type TaskGroup struct {
 	Count   int
 	Volumes map[string]*VolumeRequest
 	Tasks   []*Task
+	// Update is the group's update block (the job's when it has none).
+	Update *UpdateStrategy `json:",omitempty"`
 }
 
 // VolumeRequest is a task group's use of a volume, under an alias.
@@ -136,6 +144,7 @@ func (j *Job) Copy() *Job {
 		return nil
 	}
 	c := *j
+	c.Update = j.Update.Copy()
 	c.TaskGroups = make([]*TaskGroup, len(j.TaskGroups))
 	for i, tg := range j.TaskGroups {
 		c.TaskGroups[i] = tg.Copy()
@@ -149,6 +158,7 @@ func (j *Job) Copy() *Job {
 			}
 			pc := *p
 			pc.Blocked = slices.Clone(p.Blocked)
+			pc.Waiting = slices.Clone(p.Waiting)
 			c.Placement[k] = &pc
 		}
 	}
@@ -161,6 +171,7 @@ func (tg *TaskGroup) Copy() *TaskGroup {
 		return nil
 	}
 	c := *tg
+	c.Update = tg.Update.Copy()
 	// A job as submitted may hold null elements (`"Tasks":[null]`); they
 	// are copied as nil for Validate to report, never dereferenced here:
 	// the endpoints copy a job before they validate it.

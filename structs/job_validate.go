@@ -28,7 +28,8 @@ const (
 // service, the name from the ID, a count of 1 for groups of service and
 // batch jobs that give none (0 stands for "not given": a job's allocations
 // are stopped with a job stop, not with count 0), each volume request's
-// name from its alias, and private mount propagation. The volume type is
+// name from its alias, private mount propagation, and the job's update
+// block for groups that have none. The volume type is
 // not defaulted: a volume block must say it is "csi". It is safe to call
 // more than once.
 func (j *Job) Canonicalize() {
@@ -44,6 +45,7 @@ func (j *Job) Canonicalize() {
 	if j.Name == "" {
 		j.Name = j.ID
 	}
+	j.canonicalizeUpdate()
 	for _, tg := range j.TaskGroups {
 		if tg == nil {
 			continue
@@ -93,6 +95,7 @@ func (j *Job) Validate() error {
 			j.Type, JobTypeService, JobTypeBatch, JobTypeSystem, JobTypeSysBatch)
 	}
 
+	validateUpdate(&m, "job", j.Update)
 	if len(j.TaskGroups) == 0 {
 		m.Add("job has no task groups")
 	}
@@ -141,6 +144,7 @@ func (j *Job) validateGroup(m *MultiError, i int, tg *TaskGroup) {
 	if tg.Count > MaxGroupCountCeiling {
 		m.Add("%s: count %d is over the limit of %d", where, tg.Count, MaxGroupCountCeiling)
 	}
+	validateUpdate(m, where, tg.Update)
 	if len(tg.Tasks) > MaxTasksPerGroup {
 		m.Add("%s: %d tasks; the limit is %d", where, len(tg.Tasks), MaxTasksPerGroup)
 		return

@@ -19,6 +19,10 @@ type PluginConfig struct {
 	// what the plugin's capabilities say (monolith when it offers the
 	// controller service, node otherwise).
 	Type structs.CSIPluginType
+	// AllocID is the allocation whose task runs the instance; "" for a
+	// static plugin. The node reports it (CSIInfo.AllocID, as Nomad's), so
+	// the servers can tell a new instance from the one it replaces.
+	AllocID string
 }
 
 // Validate checks a plugin's settings; its errors do not repeat the ID.

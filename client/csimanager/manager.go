@@ -67,7 +67,13 @@ type pluginInstance struct {
 func (p *pluginInstance) report() (controller, node *structs.CSIInfo) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.health.report()
+	controller, node = p.health.report()
+	for _, i := range []*structs.CSIInfo{controller, node} {
+		if i != nil {
+			i.AllocID = p.cfg.AllocID
+		}
+	}
+	return controller, node
 }
 
 // Manager is the node's dynamic registry of plugin instances: the

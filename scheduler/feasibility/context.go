@@ -19,6 +19,8 @@ type State interface {
 	AllocsByNode(ws memdb.WatchSet, nodeID string) ([]*structs.Allocation, error)
 	// JobByID returns the job, or nil when it does not exist.
 	JobByID(ws memdb.WatchSet, namespace, id string) (*structs.Job, error)
+	// CSIPluginByID returns the plugin, or nil when it is unknown.
+	CSIPluginByID(ws memdb.WatchSet, id string) (*structs.CSIPlugin, error)
 }
 
 // nsKey names a namespaced object.
@@ -39,6 +41,7 @@ type Context struct {
 
 	vols       map[nsKey]*structs.CSIVolume // nil value: the volume does not exist
 	jobs       map[nsKey]*structs.Job
+	plugins    map[string]*structs.CSIPlugin // nil value: the plugin is unknown
 	nodeAllocs map[string][]*structs.Allocation
 	nodeUsage  map[string]map[string]map[nsKey]bool // node → plugin → volumes, from the state
 
@@ -54,6 +57,7 @@ func NewContext(st State, job *structs.Job) *Context {
 		stopping:   map[string]bool{},
 		vols:       map[nsKey]*structs.CSIVolume{},
 		jobs:       map[nsKey]*structs.Job{},
+		plugins:    map[string]*structs.CSIPlugin{},
 		nodeAllocs: map[string][]*structs.Allocation{},
 		nodeUsage:  map[string]map[string]map[nsKey]bool{},
 	}
@@ -97,6 +101,21 @@ func (c *Context) volume(namespace, id string) *structs.CSIVolume {
 	}
 	c.vols[k] = v
 	return v
+}
+
+// Plugin returns the plugin as the state has it (shared: never change it),
+// or nil when it is unknown or cannot be read (Err says which).
+func (c *Context) Plugin(id string) *structs.CSIPlugin {
+	if p, ok := c.plugins[id]; ok {
+		return p
+	}
+	p, err := c.state.CSIPluginByID(nil, id)
+	if err != nil {
+		c.fail(err)
+		return nil
+	}
+	c.plugins[id] = p
+	return p
 }
 
 // jobOf returns the job an allocation belongs to. Allocations of the job

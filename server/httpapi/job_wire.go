@@ -14,8 +14,9 @@ import (
 // strict: a field that neither has is a 400 naming it. Nomad's fields fall
 // in two kinds (see nomadJobFields and friends):
 //
+//   - honoured: an update block's MaxParallel (see wireUpdate);
 //   - accepted and ignored: what only tunes behaviour volplane does not have
-//     (update and migrate strategies, restart and reschedule policies, task
+//     (the update block's other fields, migrate strategies, restart and reschedule policies, task
 //     resources, log rotation, kill timeouts, metadata, priorities), so the
 //     defaults of every jobspec pass;
 //   - refused when set: what would change where or how the job runs and
@@ -28,9 +29,41 @@ type wireJob struct {
 	// TaskGroups shadows structs.Job's (a field of the outer struct wins
 	// in encoding/json), so groups take Nomad's fields too.
 	TaskGroups []*wireTaskGroup
+	// Update shadows structs.Job's, to take Nomad's update block.
+	Update *wireUpdate
 
 	Datacenters json.RawMessage
 	nomadJobFields
+}
+
+// wireUpdate is Nomad's update block (api.UpdateStrategy). MaxParallel is
+// honoured, Nomad's default (1) when null; the rest tunes Nomad's
+// deployments, which volplane does not have, and is ignored.
+type wireUpdate struct {
+	MaxParallel *int
+
+	// Ignored.
+	Stagger          json.RawMessage
+	HealthCheck      json.RawMessage
+	MinHealthyTime   json.RawMessage
+	HealthyDeadline  json.RawMessage
+	ProgressDeadline json.RawMessage
+	Canary           json.RawMessage
+	AutoRevert       json.RawMessage
+	AutoPromote      json.RawMessage
+}
+
+// toStructs returns the update strategy volplane runs; nil for none.
+func (u *wireUpdate) toStructs() *structs.UpdateStrategy {
+	if u == nil {
+		return nil
+	}
+	out := &structs.UpdateStrategy{MaxParallel: structs.DefaultUpdateMaxParallel}
+	if u.MaxParallel != nil {
+		// A negative value is left for structs.Job.Validate to report.
+		out.MaxParallel = *u.MaxParallel
+	}
+	return out
 }
 
 // nomadJobFields are Nomad's job-level fields.
@@ -40,7 +73,6 @@ type nomadJobFields struct {
 	Priority                 json.RawMessage
 	AllAtOnce                json.RawMessage
 	NodePool                 json.RawMessage
-	Update                   json.RawMessage
 	Reschedule               json.RawMessage
 	Migrate                  json.RawMessage
 	Meta                     json.RawMessage
@@ -70,12 +102,12 @@ type wireTaskGroup struct {
 	structs.TaskGroup
 	Volumes map[string]*wireVolumeRequest
 	Tasks   []*wireTask
+	Update  *wireUpdate
 
 	// Ignored.
 	RestartPolicy             json.RawMessage
 	ReschedulePolicy          json.RawMessage
 	EphemeralDisk             json.RawMessage
-	Update                    json.RawMessage
 	Migrate                   json.RawMessage
 	Meta                      json.RawMessage
 	ShutdownDelay             json.RawMessage
@@ -208,6 +240,7 @@ func (wj *wireJob) toStructs() (*structs.Job, error) {
 			return nil, structs.ErrInvalid(`%s: Datacenters %q is not supported by volplane, which places on every datacenter: use ["*"] or leave it out`, where, dcs)
 		}
 	}
+	job.Update = wj.Update.toStructs()
 	job.TaskGroups = nil
 	if wj.TaskGroups != nil {
 		job.TaskGroups = make([]*structs.TaskGroup, len(wj.TaskGroups))
@@ -227,6 +260,7 @@ func (wj *wireJob) toStructs() (*structs.Job, error) {
 
 func (wg *wireTaskGroup) toStructs(jobWhere string) (*structs.TaskGroup, error) {
 	tg := wg.TaskGroup
+	tg.Update = wg.Update.toStructs()
 	where := jobWhere + " group " + quote(tg.Name)
 	if err := refuseSet(where,
 		namedRaw{"Constraints", wg.Constraints}, namedRaw{"Affinities", wg.Affinities},

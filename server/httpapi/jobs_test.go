@@ -252,6 +252,27 @@ func TestJobRegister_CSIPluginTask(t *testing.T) {
 	must.Eq(t, 30*time.Second, time.Duration(task.CSIPluginConfig.HealthTimeout))
 }
 
+// TestJobRegister_UpdateBlock: Nomad's update block, at the job and in a
+// group, reaches the job with its MaxParallel (Nomad's default, 1, when
+// null); its other fields are accepted and ignored.
+func TestJobRegister_UpdateBlock(t *testing.T) {
+	be, h := newJobTestHandler(t)
+	body := `{"Job":{"ID":"p","Type":"system",` +
+		`"Update":{"Stagger":30000000000,"MaxParallel":2,"HealthCheck":"checks","MinHealthyTime":10000000000,` +
+		`"HealthyDeadline":300000000000,"ProgressDeadline":600000000000,"Canary":0,"AutoRevert":false,"AutoPromote":false},` +
+		`"TaskGroups":[{"Name":"g","Update":{"MaxParallel":null,"Stagger":30000000000},"Tasks":[{"Name":"t","Driver":"exec","Config":{"Command":"/bin/true"}}]},` +
+		`{"Name":"h","Tasks":[{"Name":"t","Driver":"exec","Config":{"Command":"/bin/true"}}]}]}}`
+	rec := do(t, h, http.MethodPut, "/v1/jobs", body)
+	must.Eq(t, http.StatusOK, rec.Code, must.Sprint(rec.Body.String()))
+	job := be.call("Job.Register").(*structs.JobRegisterRequest).Job
+	must.Eq(t, &structs.UpdateStrategy{MaxParallel: 2}, job.Update)
+	must.Eq(t, 1, job.TaskGroups[0].MaxParallel())
+	must.Eq(t, 2, job.TaskGroups[1].MaxParallel(), must.Sprint("a group without a block takes the job's"))
+
+	rec = do(t, h, http.MethodPut, "/v1/jobs", strings.Replace(body, `"MaxParallel":2`, `"MaxParallel":-1`, 1))
+	mustError(t, rec, http.StatusBadRequest, "update max_parallel must not be negative, not -1")
+}
+
 func TestJobRegister_BadBodies(t *testing.T) {
 	valid := jobBody(t, testJob())
 	rpcBody, err := json.Marshal(&structs.JobRegisterRequest{Job: testJob()})
