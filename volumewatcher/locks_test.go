@@ -151,6 +151,28 @@ func TestWatcher_Attempts(t *testing.T) {
 		must.Eq(t, "node detach: context deadline exceeded", c.LastError)
 	})
 
+	t.Run("a call cancelled because the leader stepped down is not a failure", func(t *testing.T) {
+		h := newHarness(t)
+		withController(h)
+		h.writer("a1", "client")
+		ctx, cancel := context.WithCancel(context.Background())
+		h.backend.setDuring(func(callCtx context.Context, kind string) {
+			if kind == callNode {
+				cancel() // leadership lost while the call runs
+				<-callCtx.Done()
+			}
+		})
+		h.w = New(Config{Backend: h.backend, Clock: h.clock, Hooks: Hooks{
+			Failure: func(s string) { t.Errorf("failure of %s", s) },
+		}})
+		h.complete("a1")
+		res := h.w.process(ctx, h.key(), "", false)
+		must.ErrorIs(t, res.err, context.Canceled)
+		c := h.past("a1")
+		must.Eq(t, 0, c.Attempts, must.Sprint("no failed attempt is recorded"))
+		must.Eq(t, "", c.LastError)
+	})
+
 	t.Run("waiting for the client is not an attempt: no hook, no failure", func(t *testing.T) {
 		h := newHarness(t)
 		withController(h)

@@ -159,6 +159,12 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 					})
 				})
 				if err != nil {
+					if ctx.Err() != nil {
+						// This leader stepped down or is shutting down: the
+						// call was cancelled, not failed, and the next
+						// leader repeats the step.
+						return ctx.Err()
+					}
 					w.hook(w.cfg.Hooks.Failure, StepNode)
 					return structs.Wrap(err, "node detach")
 				}
@@ -185,6 +191,12 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 					})
 				})
 				if err != nil {
+					if ctx.Err() != nil {
+						// This leader stepped down or is shutting down: the
+						// call was cancelled, not failed, and the next
+						// leader repeats the step.
+						return ctx.Err()
+					}
 					w.hook(w.cfg.Hooks.Failure, StepController)
 					return structs.Wrap(err, "controller detach")
 				}
