@@ -8,7 +8,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/volplane/volplane/structs"
 )
+
+// noLeaderRetryFor bounds how long drive sends an op again that was
+// answered "no leader".
+const noLeaderRetryFor = 30 * time.Second
 
 // drive makes ops calls of op from conc goroutines, each taking the next
 // op number until none is left, and returns each call's latency (by op
@@ -41,6 +47,14 @@ func drive(ctx context.Context, ops, conc int, op func(i int) error) ([]time.Dur
 				}
 				t0 := time.Now()
 				err := op(i)
+				// An election while the load runs (a leader that lost its
+				// quorum on a loaded machine) answers "no leader": nothing
+				// was committed, and a client sends the call again. The
+				// wait counts in the op's latency.
+				for structs.CodeOf(err) == structs.ErrCodeNoLeader && time.Since(t0) < noLeaderRetryFor &&
+					sleep(ctx, 20*time.Millisecond) == nil {
+					err = op(i)
+				}
 				samples[i] = time.Since(t0)
 				if err != nil {
 					fail(fmt.Errorf("op %d of %d: %w", i+1, ops, err))
