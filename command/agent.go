@@ -367,6 +367,9 @@ func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, f
 	if d, _ := positiveDuration(a.Server.CSIReleaseMaxDelay); d > 0 {
 		cfg.ReleaseMaxDelay = d
 	}
+	if d, _ := positiveDuration(a.Server.CSICallTimeout); d > 0 {
+		cfg.CSICallTimeout = d
+	}
 	if d, _ := positiveDuration(a.Server.NodeGCThreshold); d > 0 {
 		cfg.NodeGCThreshold = d
 	}

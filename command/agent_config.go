@@ -80,6 +80,11 @@ type ServerBlock struct {
 	// release step (a duration; default 5m). The backoff starts at 1s and
 	// doubles up to it.
 	CSIReleaseMaxDelay string `hcl:"csi_release_max_delay,optional"`
+	// CSICallTimeout bounds each call of a release or publish step to a
+	// client agent (a duration; default 30s). A new leader that finds a
+	// step its predecessor started waits at most this long before it
+	// calls again.
+	CSICallTimeout string `hcl:"csi_call_timeout,optional"`
 }
 
 // Default ports, as Nomad's.
@@ -181,7 +186,8 @@ func (c *AgentConfig) validate() error {
 			}
 		}
 		for _, d := range [][2]string{{"heartbeat_ttl", s.HeartbeatTTL}, {"node_grace_period", s.NodeGracePeriod},
-			{"csi_release_max_delay", s.CSIReleaseMaxDelay}, {"node_gc_threshold", s.NodeGCThreshold}} {
+			{"csi_release_max_delay", s.CSIReleaseMaxDelay}, {"csi_call_timeout", s.CSICallTimeout},
+			{"node_gc_threshold", s.NodeGCThreshold}} {
 			if _, err := positiveDuration(d[1]); err != nil {
 				return fmt.Errorf("server.%s %q: %v", d[0], d[1], err)
 			}

@@ -98,6 +98,7 @@ server {
   heartbeat_ttl     = "2s"
   node_grace_period = "1500ms"
   csi_release_max_delay = "4s"
+  csi_call_timeout  = "8s"
   node_gc_threshold = "30m"
 }
 `), 0o600))
@@ -108,6 +109,7 @@ server {
 	must.Eq(t, 2*time.Second, srv.HeartbeatTTL)
 	must.Eq(t, 1500*time.Millisecond, srv.NodeGracePeriod)
 	must.Eq(t, 4*time.Second, srv.ReleaseMaxDelay)
+	must.Eq(t, 8*time.Second, srv.CSICallTimeout)
 
 	must.Eq(t, 30*time.Minute, srv.NodeGCThreshold)
 
@@ -165,6 +167,7 @@ func TestAgentConfig_Errors(t *testing.T) {
 		{"zero ttl", `server { heartbeat_ttl = "0s" }`, `server.heartbeat_ttl "0s": must be a positive duration`},
 		{"negative grace", `server { node_grace_period = "-1s" }`, `server.node_grace_period "-1s": must be a positive duration`},
 		{"zero release delay", `server { csi_release_max_delay = "0" }`, `server.csi_release_max_delay "0": must be a positive duration`},
+		{"bad call timeout", `server { csi_call_timeout = "soon" }`, `server.csi_call_timeout "soon"`},
 
 		{"bad gc threshold", `server { node_gc_threshold = "a day" }`, `server.node_gc_threshold "a day"`},
 		{"raft multiplier zero", `server { raft_multiplier = 0 }`, `raft_multiplier cannot be 0. Must be between 1 and 10`},

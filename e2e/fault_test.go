@@ -39,6 +39,8 @@ const (
 	apiNodes   = 3
 	// faultReleaseCap caps the backoff of a failing release step.
 	faultReleaseCap = 4 * time.Second
+	// faultCallTimeout bounds each release call (csi_call_timeout).
+	faultCallTimeout = 8 * time.Second
 	// freeSlack is what freeing a claim may take beyond the backoff cap
 	// once the cluster is healed: a stop's write, the client stopping the
 	// tasks, the release's node and controller steps and their writes, on
@@ -49,8 +51,13 @@ const (
 // faultServerConfig: nodes are marked down within seconds, so a crashed
 // machine's claims are released during the run, and a failing release is
 // retried at least every faultReleaseCap.
-var faultServerConfig = fmt.Sprintf("server {\n  heartbeat_ttl = %q\n  node_grace_period = %q\n  csi_release_max_delay = %q\n}\n",
-	faultHeartbeatTTL, faultNodeGrace, faultReleaseCap)
+//
+// A leader killed right after it began a retry leaves the attempt's
+// deadline on the claim, and the next leader does not call before it (the
+// call may still run): csi_call_timeout keeps that wait within the
+// backoff cap, as an operator who wants releases resumed quickly would.
+var faultServerConfig = fmt.Sprintf("server {\n  heartbeat_ttl = %q\n  node_grace_period = %q\n  csi_release_max_delay = %q\n  csi_call_timeout = %q\n}\n",
+	faultHeartbeatTTL, faultNodeGrace, faultReleaseCap, faultCallTimeout)
 
 // TestE2E_Faults is the fault suite: 3 servers, 3 client agents each with
 // an instance of the development plugin, and 3 nodes of API clients; 8 API
