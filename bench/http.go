@@ -173,17 +173,7 @@ func listSide(ctx context.Context, client *http.Client, url string) func(n int) 
 			if err != nil {
 				return err
 			}
-			resp, err := client.Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-				return fmt.Errorf("GET %s: %s: %s", url, resp.Status, msg)
-			}
-			_, err = io.Copy(io.Discard, resp.Body)
-			return err
+			return sendDiscard(client, req, "GET "+url)
 		})
 	}
 }
@@ -231,6 +221,12 @@ func httpRegister(ctx context.Context, client *http.Client, addr string, n int) 
 	if err != nil {
 		return err
 	}
+	return sendDiscard(client, req, "PUT /v1/volume/csi/"+v.ID)
+}
+
+// sendDiscard sends req and reads its whole answer, which must be a 200;
+// what names the request in the error otherwise.
+func sendDiscard(client *http.Client, req *http.Request, what string) error {
 	resp, err := client.Do(req)
 	if err != nil {
 		return err
@@ -238,7 +234,7 @@ func httpRegister(ctx context.Context, client *http.Client, addr string, n int) 
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("PUT /v1/volume/csi/%s: %s: %s", v.ID, resp.Status, msg)
+		return fmt.Errorf("%s: %s: %s", what, resp.Status, msg)
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
 	return err

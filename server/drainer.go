@@ -202,13 +202,7 @@ func (s *Server) drainNode(st *state.StateStore, node *structs.Node, logger hclo
 		logger.Info("drain deadline reached; remaining allocations stopped", "node_id", node.ID, "stopped", len(stop))
 		return s.drainComplete(node, now)
 	}
-	var migrate []string
-	for _, a := range p.Migrating {
-		if !a.ServerTerminal() {
-			migrate = append(migrate, a.ID)
-		}
-	}
-	if len(migrate) > 0 {
+	if migrate := notStopped(p.Migrating); len(migrate) > 0 {
 		logger.Info("stopping allocations of a draining node", "node_id", node.ID, "count", len(migrate))
 		return s.drainStop(node.ID, migrate, structs.AllocDrainDescription)
 	}
@@ -217,13 +211,7 @@ func (s *Server) drainNode(st *state.StateStore, node *structs.Node, logger hclo
 		// the node plugins must stay until those are released.
 		return nil
 	}
-	var system []string
-	for _, a := range p.System {
-		if !a.ServerTerminal() {
-			system = append(system, a.ID)
-		}
-	}
-	if len(system) > 0 {
+	if system := notStopped(p.System); len(system) > 0 {
 		logger.Info("volumes of the draining node released; stopping its system allocations", "node_id", node.ID, "count", len(system))
 		return s.drainStop(node.ID, system, structs.AllocDrainDescription)
 	}
@@ -255,4 +243,16 @@ func (s *Server) drainComplete(node *structs.Node, now time.Time) error {
 	_, _, err := s.raftApply(structs.NodeUpdateDrainRequestType, &structs.NodeUpdateDrainRequest{
 		NodeID: node.ID, Status: structs.DrainStatusComplete, UpdatedAt: now.UTC()})
 	return err
+}
+
+// notStopped returns the IDs of the allocations the servers have not
+// stopped yet.
+func notStopped(allocs []*structs.Allocation) []string {
+	var out []string
+	for _, a := range allocs {
+		if !a.ServerTerminal() {
+			out = append(out, a.ID)
+		}
+	}
+	return out
 }
