@@ -81,9 +81,7 @@ type ServerBlock struct {
 	// doubles up to it.
 	CSIReleaseMaxDelay string `hcl:"csi_release_max_delay,optional"`
 	// CSICallTimeout bounds each call of a release or publish step to a
-	// client agent (a duration; default 30s). A new leader that finds a
-	// step its predecessor started waits at most this long before it
-	// calls again.
+	// client agent (a duration; default 30s).
 	CSICallTimeout string `hcl:"csi_call_timeout,optional"`
 }
 

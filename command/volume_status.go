@@ -224,8 +224,13 @@ func formatClaims(v *structs.CSIVolume, verbose bool) string {
 				lastError = strings.TrimSpace(cl.Note + "; " + lastError)
 				lastError = strings.TrimSuffix(lastError, ";")
 			}
+			next := unixNano(cl.NextAttempt)
+			if cl.AttemptInFlight {
+				// The time is the running retry's deadline.
+				next = "running until " + next
+			}
 			rows = append(rows, []string{kind, shortID(id, verbose), shortID(cl.NodeID, verbose), cl.Mode.String(),
-				string(cl.AccessMode), cl.State.String(), strconv.Itoa(cl.Attempts), lastError, unixNano(cl.NextAttempt)})
+				string(cl.AccessMode), cl.State.String(), strconv.Itoa(cl.Attempts), lastError, next})
 		}
 	}
 	add("read", v.ReadClaims)

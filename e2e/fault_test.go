@@ -52,10 +52,10 @@ const (
 // machine's claims are released during the run, and a failing release is
 // retried at least every faultReleaseCap.
 //
-// A leader killed right after it began a retry leaves the attempt's
-// deadline on the claim, and the next leader does not call before it (the
-// call may still run): csi_call_timeout keeps that wait within the
-// backoff cap, as an operator who wants releases resumed quickly would.
+// A call to a client agent that is frozen, or whose machine is gone,
+// fails only at csi_call_timeout: the suite keeps that within the backoff
+// cap, as an operator who wants releases resumed quickly would. (A retry
+// whose leader died is not waited for: the next leader calls at once.)
 var faultServerConfig = fmt.Sprintf("server {\n  heartbeat_ttl = %q\n  node_grace_period = %q\n  csi_release_max_delay = %q\n  csi_call_timeout = %q\n}\n",
 	faultHeartbeatTTL, faultNodeGrace, faultReleaseCap, faultCallTimeout)
 

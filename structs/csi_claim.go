@@ -112,7 +112,13 @@ type CSIVolumeClaim struct {
 	Attempts    int
 	LastError   string
 	NextAttempt int64
-	ClaimedAt   int64
+	// AttemptInFlight says that NextAttempt is the deadline of a retry a
+	// leader began, not a backoff: the leader that began it is the only
+	// one that waits for it. A later leader retries at once, since the
+	// caller of that attempt is gone: the client cancelled its call when
+	// the caller's stream ended, and serializes calls on a volume.
+	AttemptInFlight bool
+	ClaimedAt       int64
 	// Note says what the release did that is worth knowing, e.g. that the
 	// node step was skipped because the node is down.
 	Note string

@@ -127,8 +127,44 @@ func TestWatcher_Attempts(t *testing.T) {
 		must.Eq(t, 1, c.Attempts)
 		must.Eq(t, h.clock.Now().Add(DefaultStepTimeout).UnixNano(), c.NextAttempt,
 			must.Sprint("while the retry runs, its next attempt is when it ends at the latest, not the past due time"))
+		must.True(t, c.AttemptInFlight)
 		h.settle()
 		h.mustFreed("a1")
+	})
+
+	t.Run("a retry whose leader went is retried at once by the next leader, not at its deadline", func(t *testing.T) {
+		h := newHarness(t)
+		withController(h)
+		h.writer("a1", "client")
+		h.backend.fail(callNode, "", errNodeRestarting, 1)
+		h.start()
+		h.complete("a1")
+		h.settle()
+		h.backend.takeCalls()
+		next := h.nextAttempt("a1")
+
+		began := make(chan struct{})
+		h.backend.setDuring(func(ctx context.Context, kind string) {
+			if kind == callNode {
+				close(began)
+				<-ctx.Done() // hangs until its leader goes
+			}
+		})
+		h.clock.AdvanceTo(next)
+		<-began
+		c := h.past("a1")
+		must.True(t, c.AttemptInFlight, must.Sprint("a running retry is marked in flight"))
+		must.Eq(t, h.clock.Now().Add(DefaultStepTimeout).UnixNano(), c.NextAttempt)
+		h.backend.setDuring(nil)
+		h.stop() // the leader goes: its call is cancelled, not failed
+		must.True(t, h.past("a1").AttemptInFlight)
+		h.backend.takeCalls()
+
+		h.start() // the next leader; the clock does not move
+		h.settle()
+		h.mustFreed("a1")
+		must.Eq(t, []string{nodeCall("a1", "client"), ctrlCall("client")}, h.backend.takeCalls(),
+			must.Sprint("the next leader retries the node step at once"))
 	})
 
 	t.Run("a step's call ends at the step's deadline and is a failed attempt", func(t *testing.T) {

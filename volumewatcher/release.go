@@ -66,11 +66,19 @@ func (w *Watcher) process(ctx context.Context, k, nodeID string, force bool, rep
 		if nodeID != "" && claim.NodeID != nodeID {
 			continue
 		}
-		if due := time.Unix(0, claim.NextAttempt); !force && claim.NextAttempt != 0 && due.After(w.clock.Now()) {
-			// Backing off after a failure, or an attempt of a previous
-			// leader may still be in flight until then.
+		if due := time.Unix(0, claim.NextAttempt); !force && claim.NextAttempt != 0 && due.After(w.clock.Now()) && !claim.AttemptInFlight {
+			// Backing off after a failure.
 			res.next = earliest(res.next, due)
 			continue
+		}
+		// An attempt in flight is never this watcher's own: the volume's
+		// lock is held for the whole of each of its attempts, and it
+		// records each end. It is a previous leader's, whose call the
+		// client cancelled when that leader's stream ended (it died, or
+		// it stepped down and cancelled its calls): retried now rather
+		// than at its deadline.
+		if claim.AttemptInFlight {
+			say("claim of allocation %q: attempt %d of a previous leader did not finish; retrying", allocID, claim.Attempts)
 		}
 		err := w.advance(ctx, vol, claim, say)
 		switch {
@@ -217,7 +225,7 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 			return fmt.Errorf("claim of allocation %q is in unexpected state %s", claim.AllocationID, claim.State)
 		}
 		// Progress clears the failure bookkeeping.
-		claim.Attempts, claim.LastError, claim.NextAttempt = 0, "", 0
+		claim.Attempts, claim.LastError, claim.NextAttempt, claim.AttemptInFlight = 0, "", 0, false
 		if err := w.cfg.Backend.Checkpoint(vol.Namespace, vol.ID, claim, w.clock.Now()); err != nil {
 			return structs.Wrap(err, "checkpointing %s", claim.State)
 		}
@@ -245,16 +253,17 @@ func (w *Watcher) step(ctx context.Context, client string, call func(context.Con
 
 // beginAttempt records, before a retry of a failed step, that the attempt
 // runs until its deadline at the latest: the claim's next attempt is then,
-// not the past due time that started it, for as long as the call lasts;
-// and a new leader does not call while an attempt of this one may still
-// be in flight. A first attempt writes nothing (an ordinary release costs
-// no extra Raft entry).
+// not the past due time that started it, for as long as the call lasts,
+// and it is marked in flight, so that a new leader retries it at once if
+// this one dies meanwhile. A first attempt writes nothing (an ordinary
+// release costs no extra Raft entry): a new leader finds it due anyway.
 func (w *Watcher) beginAttempt(vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) {
 	if claim.Attempts == 0 {
 		return
 	}
 	now := w.clock.Now()
 	claim.NextAttempt = now.Add(w.cfg.StepTimeout).UnixNano()
+	claim.AttemptInFlight = true
 	if err := w.cfg.Backend.Checkpoint(vol.Namespace, vol.ID, claim, now); err != nil {
 		w.logger.Warn("recording the start of a release attempt", "volume", vol.ID, "alloc", claim.AllocationID, "error", err)
 	}
@@ -302,6 +311,7 @@ func (w *Watcher) recordFailure(ns string, vol *structs.CSIVolume, claim *struct
 	now := w.clock.Now()
 	due := now.Add(w.backoff(claim.Attempts))
 	claim.NextAttempt = due.UnixNano()
+	claim.AttemptInFlight = false
 	if cerr := w.cfg.Backend.Checkpoint(ns, vol.ID, claim, now); cerr != nil {
 		w.logger.Warn("recording a failed release step", "volume", vol.ID, "alloc", claim.AllocationID, "error", cerr)
 	}
