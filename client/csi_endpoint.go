@@ -45,6 +45,11 @@ func (e *ClientCSI) ControllerAttachVolume(args *structs.ClientCSIControllerAtta
 		return err
 	}
 	defer cancel()
+	unlock, err := e.lockController(ctx, name, args.PluginID, args.VolumeID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	pc, err := plugin.ControllerPublishVolume(ctx, &csi.ControllerPublishRequest{
 		ExternalID:    args.VolumeID,
 		NodeID:        args.ClientCSINodeID,
@@ -74,6 +79,11 @@ func (e *ClientCSI) ControllerDetachVolume(args *structs.ClientCSIControllerDeta
 		return err
 	}
 	defer cancel()
+	unlock, err := e.lockController(ctx, name, args.PluginID, args.VolumeID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	err = plugin.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishRequest{
 		ExternalID: args.VolumeID,
 		NodeID:     args.ClientCSINodeID,
@@ -150,6 +160,11 @@ func (e *ClientCSI) ControllerDeleteVolume(args *structs.ClientCSIControllerDele
 		return err
 	}
 	defer cancel()
+	unlock, err := e.lockController(ctx, name, args.PluginID, args.VolumeID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	err = plugin.DeleteVolume(ctx, args.VolumeID, args.Secrets)
 	return e.fail(csi.MethodDeleteVolume, args.PluginID, args.VolumeID, err)
 }
@@ -292,6 +307,21 @@ func (e *ClientCSI) controllerCall(name string, m *structs.MultiError, args any,
 	}
 	ctx, cancel := e.c.calls.Context(args)
 	return plugin, ctx, cancel, nil
+}
+
+// lockController takes this agent's lock on a controller operation on one
+// volume (by the plugin's ID of it), within the call's context. The leader
+// runs one operation per volume at a time; this lock keeps that true across
+// leaders: a call of a leader that went, which this agent cancels when its
+// stream ends, has finished with the plugin before the next leader's
+// publish or unpublish of the same volume begins.
+func (e *ClientCSI) lockController(ctx context.Context, name, pluginID, externalID string) (func(), error) {
+	unlock, err := e.c.volumeLocks.lock(ctx, "controller\x00"+pluginID+"\x00"+externalID)
+	if err != nil {
+		return nil, structs.NewError(structs.ErrCodeRetryable, "%s: volume %q: another controller operation on the volume did not end in time: %v",
+			name, externalID, err)
+	}
+	return unlock, nil
 }
 
 // check returns the request's validation problems as one invalid error, or

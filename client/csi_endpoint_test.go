@@ -260,3 +260,55 @@ func TestClientCSI_NodeDetach(t *testing.T) {
 	must.NoError(t, h.call("ControllerDetachVolume", &structs.ClientCSIControllerDetachVolumeRequest{
 		PluginID: "dev", VolumeID: ext, ClientCSINodeID: "storage-a"}, &structs.ClientCSIEmptyResponse{}))
 }
+
+// A controller call of a leader that went (its caller gave up; the agent
+// cancels it when its stream ends) has finished with the plugin before the
+// next leader's call on the same volume reaches it.
+func TestClientCSI_ControllerCallsOnAVolumeDoNotOverlap(t *testing.T) {
+	t.Parallel()
+	h := newCSIHarness(t)
+	vol := h.createVolume(t, "db", fsCaps)
+	key := "controller\x00dev\x00" + vol
+	refs := func() int {
+		h.c.volumeLocks.mu.Lock()
+		defer h.c.volumeLocks.mu.Unlock()
+		if l := h.c.volumeLocks.locks[key]; l != nil {
+			return l.refs
+		}
+		return 0
+	}
+	waitRefs := func(n int) {
+		testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
+			return refs() == n, fmt.Errorf("%d calls hold or wait for the volume's controller lock, want %d", refs(), n)
+		})
+	}
+	must.NoError(t, devplugin.SetFault(h.stateDir, "ControllerUnpublishVolume", devplugin.Fault{Hang: true, Times: 1}))
+	detach := &structs.ClientCSIControllerDetachVolumeRequest{PluginID: "dev", VolumeID: vol, ClientCSINodeID: "storage-a"}
+
+	oldLeader, leave := context.WithCancel(context.Background())
+	defer leave()
+	first := make(chan error, 1)
+	go func() {
+		first <- rpc.CallOnSessionContext(oldLeader, h.sess, "ClientCSI.ControllerDetachVolume", detach, &structs.ClientCSIEmptyResponse{})
+	}()
+	waitRefs(1)
+
+	second := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		second <- rpc.CallOnSessionContext(ctx, h.sess, "ClientCSI.ControllerDetachVolume", detach, &structs.ClientCSIEmptyResponse{})
+	}()
+	waitRefs(2) // the next leader's call waits for the volume
+	select {
+	case err := <-second:
+		t.Fatalf("the second call ended (%v) while the first still ran", err)
+	default:
+	}
+
+	leave() // the old leader goes
+	must.Error(t, <-first)
+	must.NoError(t, <-second)
+	calls := h.calls(t, csi.MethodControllerUnpublishVolume)
+	must.Len(t, 2, calls, must.Sprint("the hung call, then the next leader's"))
+}
