@@ -66,7 +66,7 @@ const (
 // know how many volumes it lists. The release and scale phases start
 // clusters of their own, after the first three have shut theirs down.
 var phaseOrder = []string{PhaseRegister, PhaseList, PhaseClaim, PhaseRelease, PhaseScale, PhaseTLS, PhaseACL,
-	PhaseHTTP, PhaseMemory, PhaseFailover}
+	PhaseHTTP, PhaseHTTPNomad, PhaseMemory, PhaseFailover}
 
 // AllPhases returns every phase, in the order they run.
 func AllPhases() []string { return slices.Clone(phaseOrder) }
@@ -210,6 +210,10 @@ type Config struct {
 	// phases start; "" means the running one (the bench runs inside
 	// volplane).
 	Binary string
+	// NomadBinary is the Nomad binary whose agents the http-nomad phase
+	// starts; "" means the one e2e/nomadcli caches (NomadCachePath), and
+	// the phase is skipped, with a note, when there is none.
+	NomadBinary string
 	// FailoverRounds is the number of rounds of each kind (SIGKILL,
 	// SIGSTOP) of the failover phase, with RaftMultiplier as its servers'
 	// raft_multiplier (0: the default).
@@ -452,6 +456,11 @@ func run(ctx context.Context, cfg *Config, dir string, rep *Report) error {
 	if cfg.runs(PhaseHTTP) {
 		if err := runHTTP(ctx, cfg, dir, rep); err != nil {
 			return fmt.Errorf("http: %w", err)
+		}
+	}
+	if cfg.runs(PhaseHTTPNomad) {
+		if err := runHTTPNomad(ctx, cfg, dir, rep); err != nil {
+			return fmt.Errorf("http-nomad: %w", err)
 		}
 	}
 	if cfg.runs(PhaseMemory) {

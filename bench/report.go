@@ -90,7 +90,8 @@ type Result struct {
 	// of: "register" or "claim".
 	PairedWith string `json:"paired_with,omitempty"`
 	// Cluster names the side of a phase measured on two clusters: "empty"
-	// or "loaded" (scale-*), "plaintext" or "tls" (tls-*).
+	// or "loaded" (scale-*), "plaintext" or "tls" (tls-*), "nomad" or
+	// "volplane" (http-nomad).
 	Cluster string `json:"cluster,omitempty"`
 	// Volumes is the number of volumes listed (list), released (release),
 	// backing off (release-agent-down), or in the loaded cluster beyond
@@ -401,7 +402,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "  and on one with tls.rpc (every connection mutual TLS 1.3, certificates checked), interleaved in %d rounds;\n", r.Config.ScaleRounds)
 		fmt.Fprintln(w, "  the ops/s ratio is the median over the rounds of tls / plaintext in the same round")
 	}
-	if len(r.Results) > 0 && (r.EntryBytes > 0 || r.ClaimEntryBytes > 0 || r.has(PhaseRelease) || r.has(PhaseScaleRegister) || r.has(PhaseTLSRegister)) {
+	if r.has(PhaseHTTPNomad) {
+		fmt.Fprintln(w, "http-nomad: PUT /v1/volume/csi/:id, one volume per request, over HTTP to the leader of 3 volplane server agents")
+		fmt.Fprintln(w, "  and of 3 Nomad server agents (with a client running the node-only CSI plugin), interleaved in rounds; the")
+		fmt.Fprintf(w, "  ops/s ratio is the median over the rounds of volplane / nomad in the same round, judged at %d writers\n", NomadTargetWriters)
+	}
+	if len(r.Results) > 0 && (r.EntryBytes > 0 || r.ClaimEntryBytes > 0 || r.has(PhaseRelease) || r.has(PhaseScaleRegister) ||
+		r.has(PhaseTLSRegister) || r.has(PhaseHTTPNomad)) {
 		fmt.Fprintln(w)
 	}
 	rows := [][]string{{"phase", "volumes", "conc", "ops", "ops/s", "p50", "p99", "ops/s ratio", "p99 ratio", "raft +", "target", "result"}}

@@ -126,6 +126,20 @@ Usage: volplane bench [options]
             leader with 16 and 64 writers (a quarter of it with 1).
             Targets: p50 <= 2ms listing 1,000 volumes on the leader and on
             the follower; p50 <= 10ms listing 10,000 on the leader.
+  http-nomad
+            Not run by default (-phases=all or -phases=http-nomad). volplane
+            and Nomad side by side over HTTP: three volplane server agents
+            as in the http phase, and three Nomad server agents and a Nomad
+            client from a Nomad binary (-nomad-binary, or the %s one
+            e2e/nomadcli caches), the client running this binary's
+            development CSI plugin as a raw_exec task with a csi_plugin
+            block, node-only, so neither side asks a controller to validate
+            a volume. Then PUT /v1/volume/csi/:id of the same volumes to
+            each leader with 1, 16 and 64 writers (-http-register-ops at 16
+            and 64, a quarter of it with 1), interleaved in -rounds rounds.
+            Target: volplane's ops/s >= %gx Nomad's with %d writers, as the
+            median over the rounds of the two clusters' ratio within a
+            round. Skipped, with one line, when there is no Nomad binary.
   memory    Not run by default (-phases=all or -phases=memory). A one-server
             cluster in this process registers -memory-volumes volumes; its
             heap in use after a full GC is measured, a Raft snapshot taken,
@@ -144,9 +158,10 @@ Usage: volplane bench [options]
             most 1s after SIGKILL and 2s after SIGSTOP, in every round.
 
   The phases run in the order register, list, claim, release, scale, tls,
-  acl, http, memory, failover: the claim phase leaves its volumes claimed,
-  so it comes after the list phase counts volumes; the later phases start
-  clusters of their own once the first three have shut theirs down.
+  acl, http, http-nomad, memory, failover: the claim phase leaves its
+  volumes claimed, so it comes after the list phase counts volumes; the
+  later phases start clusters of their own once the first three have shut
+  theirs down.
 
   Progress goes to stderr; the table (or, with -json, the JSON report) to
   stdout. The exit code is 0 even when a target is missed, unless -strict.
@@ -199,8 +214,11 @@ Options:
                      10 (default: the servers' default, 1).
   -binary=PATH       The volplane binary whose agents the http and failover
                      phases run (default: this one).
+  -nomad-binary=PATH The Nomad binary whose agents the http-nomad phase
+                     runs (default: the one e2e/nomadcli caches).
   -phases=LIST       Comma-separated phases: register, claim, list, release,
-                     scale, tls, acl, http, memory, failover, or all
+                     scale, tls, acl, http, http-nomad, memory, failover, or
+                     all
                      (default %s).
   -breakdown         Add a third side to the register rounds, raft+fsm:
                      raft.Apply of the leader-encoded register entries on
@@ -222,7 +240,7 @@ Options:
                      error).
 `, bench.TargetThroughputRatio, bench.TargetP99Ratio, bench.ClaimTargetThroughputRatio, bench.TargetP99Ratio,
 		bench.ReleaseTargetRate, bench.ReleaseTargetGoroutines, bench.ReleaseTargetBackoffCores, bench.ScaleTargetRatio,
-		bench.ACLTargetRatio, bench.MemoryTargetRatio,
+		bench.ACLTargetRatio, bench.NomadVersion, bench.NomadTargetRatio, bench.NomadTargetWriters, bench.MemoryTargetRatio,
 		d.Ops, d.SerialOps, d.Writers, d.Rounds,
 		joinInts(d.ListSizes), d.ListRequests, d.ListBatch,
 		d.ClaimOps, d.ClaimSerialOps, d.RefusedClaims,
@@ -264,6 +282,7 @@ func (c *BenchCommand) Run(args []string) int {
 	f.IntVar(&cfg.FailoverRounds, "failover-rounds", cfg.FailoverRounds, "")
 	f.IntVar(&cfg.RaftMultiplier, "raft-multiplier", 0, "")
 	f.StringVar(&cfg.Binary, "binary", "", "")
+	f.StringVar(&cfg.NomadBinary, "nomad-binary", "", "")
 	f.StringVar(&phases, "phases", strings.Join(cfg.Phases, ","), "")
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "")
 	f.StringVar(&cfg.Dir, "dir", "", "")

@@ -59,7 +59,9 @@ Usage: volplane csi-dev-plugin [-endpoint unix:///path.sock] -state-dir DIR [opt
                         CSI name (controller:CREATE_DELETE_SNAPSHOT,
                         controller:LIST_VOLUMES, controller:EXPAND_VOLUME,
                         node:STAGE_UNSTAGE_VOLUME, node:EXPAND_VOLUME, ...),
-                        or plugin:ONLINE to expand volumes offline only.
+                        or plugin:ONLINE to expand volumes offline only, or
+                        plugin:CONTROLLER_SERVICE for a node-only plugin
+                        (no controller service, no controller capability).
   -log-level=LEVEL      trace, debug, info, warn or error (default info).
 `)
 }

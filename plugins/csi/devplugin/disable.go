@@ -21,6 +21,11 @@ import (
 //	plugin:ONLINE      online expansion: the plugin advertises its
 //	                   VolumeExpansion as OFFLINE and refuses to expand a
 //	                   volume that is controller-published
+//	plugin:CONTROLLER_SERVICE
+//	                   a node-only plugin: it advertises neither the
+//	                   controller nor the group controller service, and
+//	                   every controller capability is off with it (a CO
+//	                   then needs no controller to register its volumes)
 //
 // Without node:STAGE_UNSTAGE_VOLUME, NodePublishVolume takes no staging
 // path; without controller:PUBLISH_UNPUBLISH_VOLUME, the node calls need
@@ -33,6 +38,9 @@ const (
 	// CapabilityOnlineExpansion is Config.Disable's name for online
 	// expansion.
 	CapabilityOnlineExpansion = "plugin:ONLINE"
+	// CapabilityControllerService is Config.Disable's name for the
+	// controller service as a whole.
+	CapabilityControllerService = "plugin:CONTROLLER_SERVICE"
 )
 
 // Names of the capabilities Config.Disable takes most often.
@@ -77,7 +85,7 @@ var rpcCapability = map[string]string{
 func checkDisable(names []string) (map[string]bool, error) {
 	out := map[string]bool{}
 	for _, n := range names {
-		known := n == CapabilityOnlineExpansion
+		known := n == CapabilityOnlineExpansion || n == CapabilityControllerService
 		if name, ok := strings.CutPrefix(n, prefixController); ok {
 			known = slices.Contains(controllerRPCs, csi.ControllerServiceCapability_RPC_Type(csi.ControllerServiceCapability_RPC_Type_value[name])) &&
 				csi.ControllerServiceCapability_RPC_Type_value[name] != 0
@@ -87,16 +95,22 @@ func checkDisable(names []string) (map[string]bool, error) {
 				csi.NodeServiceCapability_RPC_Type_value[name] != 0
 		}
 		if !known {
-			return nil, fmt.Errorf("devplugin: cannot disable %q: not one of controller:<CAPABILITY>, node:<CAPABILITY> (the plugin's, by CSI name) or %s",
-				n, CapabilityOnlineExpansion)
+			return nil, fmt.Errorf("devplugin: cannot disable %q: not one of controller:<CAPABILITY>, node:<CAPABILITY> (the plugin's, by CSI name), %s or %s",
+				n, CapabilityOnlineExpansion, CapabilityControllerService)
 		}
 		out[n] = true
 	}
 	return out, nil
 }
 
-// has reports whether this instance has the capability (not disabled).
-func (p *Plugin) has(capability string) bool { return !p.disabled[capability] }
+// has reports whether this instance has the capability (not disabled):
+// without the controller service, no controller capability.
+func (p *Plugin) has(capability string) bool {
+	if p.disabled[CapabilityControllerService] && strings.HasPrefix(capability, prefixController) {
+		return false
+	}
+	return !p.disabled[capability]
+}
 
 // disabledCall answers a call whose capability is disabled on this
 // instance, or returns nil.

@@ -9,6 +9,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/shoenig/test/must"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestDisable_Capabilities: a disabled capability is not advertised and its
@@ -152,4 +153,27 @@ func TestDisable_Expansion(t *testing.T) {
 		CapacityRange: &csi.CapacityRange{RequiredBytes: 3 * defaultCapacity}})
 	must.NoError(t, err)
 	must.Eq(t, 3*defaultCapacity, resp.GetCapacityBytes())
+}
+
+// TestDisable_ControllerService: without the controller service the plugin
+// advertises neither controller service and no controller capability, so a
+// CO takes it for a node-only plugin, and its controller calls that need a
+// capability answer UNIMPLEMENTED; the node service is untouched.
+func TestDisable_ControllerService(t *testing.T) {
+	nodeOnly := startInstance(t, t.TempDir(), "n1", func(c *Config) { c.Disable = []string{CapabilityControllerService} })
+	plugCaps, err := nodeOnly.GetPluginCapabilities(ctx(t), &csi.GetPluginCapabilitiesRequest{})
+	must.NoError(t, err)
+	for _, c := range plugCaps.GetCapabilities() {
+		svc := c.GetService().GetType()
+		must.NotEq(t, csi.PluginCapability_Service_CONTROLLER_SERVICE, svc)
+		must.NotEq(t, csi.PluginCapability_Service_GROUP_CONTROLLER_SERVICE, svc)
+	}
+	ctrl, err := nodeOnly.ControllerGetCapabilities(ctx(t), &csi.ControllerGetCapabilitiesRequest{})
+	must.NoError(t, err)
+	must.SliceEmpty(t, ctrl.GetCapabilities())
+	_, err = nodeOnly.CreateVolume(ctx(t), &csi.CreateVolumeRequest{Name: "v1", VolumeCapabilities: []*csi.VolumeCapability{mountCap(snw)}})
+	must.Eq(t, codes.Unimplemented, status.Code(err))
+	node, err := nodeOnly.NodeGetCapabilities(ctx(t), &csi.NodeGetCapabilitiesRequest{})
+	must.NoError(t, err)
+	must.SliceNotEmpty(t, node.GetCapabilities())
 }

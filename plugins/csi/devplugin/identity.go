@@ -22,9 +22,10 @@ func (s *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCa
 		return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
 			Service: &csi.PluginCapability_Service{Type: t}}}
 	}
-	caps := []*csi.PluginCapability{
-		service(csi.PluginCapability_Service_CONTROLLER_SERVICE),
-		service(csi.PluginCapability_Service_GROUP_CONTROLLER_SERVICE),
+	var caps []*csi.PluginCapability
+	if s.p.has(CapabilityControllerService) {
+		caps = append(caps, service(csi.PluginCapability_Service_CONTROLLER_SERVICE),
+			service(csi.PluginCapability_Service_GROUP_CONTROLLER_SERVICE))
 	}
 	if s.p.has(CapabilityControllerExpand) || s.p.has(CapabilityNodeExpand) {
 		// Expanding a directory needs nothing that would stop a task
