@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -31,7 +32,7 @@ import (
 type allocManager struct {
 	c      *Client
 	logger hclog.Logger
-	state  *stateDB
+	state  *state.DB
 	rep    *allocReporter
 	// shimExe supervises tasks (see the execdriver package); "" when unknown.
 	shimExe string
@@ -46,7 +47,7 @@ type allocManager struct {
 	// orphans are records left of allocations whose own record was lost
 	// (a damaged state file): a runner built for the allocation later
 	// takes them over, so a published volume is not published again.
-	orphans map[string]*allocBundle
+	orphans map[string]*state.AllocBundle
 	// draining is set once the agent stops every allocation before it
 	// exits (DrainAllocations): no allocation is started after that.
 	draining bool
@@ -56,13 +57,13 @@ type allocManager struct {
 // allocations it holds; start sets them going.
 func newAllocManager(c *Client) (*allocManager, error) {
 	logger := c.logger.Named("allocs")
-	state, bundles, err := openStateDB(c.config.DataDir, logger)
+	db, bundles, err := state.OpenDB(c.config.DataDir, logger)
 	if err != nil {
 		return nil, err
 	}
 	m := &allocManager{
-		c: c, logger: logger, state: state,
-		runners: map[string]*allocRunner{}, orphans: map[string]*allocBundle{},
+		c: c, logger: logger, state: db,
+		runners: map[string]*allocRunner{}, orphans: map[string]*state.AllocBundle{},
 		sweepNow: make(chan struct{}, 1),
 	}
 	m.rep = newAllocReporter(c, m.acked)
@@ -98,7 +99,7 @@ func (m *allocManager) start() {
 
 // close closes the state file, once every runner has returned.
 func (m *allocManager) close() {
-	if err := m.state.close(); err != nil {
+	if err := m.state.Close(); err != nil {
 		m.logger.Warn("closing the client state file", "error", err)
 	}
 }
@@ -206,12 +207,12 @@ func (m *allocManager) reconcile(ctx context.Context, reply *structs.NodeClientA
 			}
 			group = job.LookupTaskGroup(a.TaskGroup).Copy()
 		}
-		rec := &allocRecord{
+		rec := &state.AllocRecord{
 			ID: a.ID, Namespace: a.Namespace, Name: a.Name, JobID: a.JobID, TaskGroup: a.TaskGroup,
 			JobVersion: a.JobVersion, Group: group, CreateIndex: a.CreateIndex, ClientStatus: structs.AllocClientStatusPending,
 		}
-		var vols map[string]*volumeRecord
-		var tasks map[string]*taskRecord
+		var vols map[string]*state.VolumeRecord
+		var tasks map[string]*state.TaskRecord
 		if o := m.orphans[a.ID]; o != nil {
 			vols, tasks = o.Volumes, o.Tasks
 			delete(m.orphans, a.ID)
@@ -316,7 +317,7 @@ func (m *allocManager) volumeDetached(allocID, volumeID string) {
 	}
 	m.mu.Unlock()
 	for _, alias := range aliases {
-		if err := m.state.deleteVolume(allocID, alias); err != nil {
+		if err := m.state.DeleteVolume(allocID, alias); err != nil {
 			m.logger.Error("forgetting a released volume", "alloc_id", allocID, "volume_id", volumeID, "error", err)
 		}
 	}
@@ -350,7 +351,7 @@ func (m *allocManager) collect() {
 	}
 	m.mu.Unlock()
 	for _, r := range drop {
-		if err := m.state.deleteAlloc(r.id); err != nil {
+		if err := m.state.DeleteAlloc(r.id); err != nil {
 			m.logger.Error("forgetting an allocation", "alloc_id", r.id, "error", err)
 		}
 		if err := os.RemoveAll(m.c.allocDir(r.id)); err != nil {

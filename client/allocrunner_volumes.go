@@ -48,7 +48,7 @@ func (r *allocRunner) setupVolumes(ctx context.Context) error {
 			if errors.Is(err, errAllocStopped) || ctx.Err() != nil {
 				return err
 			}
-			r.updateVolume(alias, func(v *volumeRecord) {
+			r.updateVolume(alias, func(v *state.VolumeRecord) {
 				v.State.Step, v.State.Waiting, v.State.NextRetry = structs.AllocVolumeStepFailed, "", 0
 			})
 			return fmt.Errorf("volume %s (%s): %s", alias, req.VolumeID(r.rec.Name), structs.MessageOf(err))
@@ -59,7 +59,7 @@ func (r *allocRunner) setupVolumes(ctx context.Context) error {
 
 // volume returns a copy of the record of a volume of the allocation, as a
 // new one when there is none yet.
-func (r *allocRunner) volume(alias string, req *structs.VolumeRequest) volumeRecord {
+func (r *allocRunner) volume(alias string, req *structs.VolumeRequest) state.VolumeRecord {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if v := r.vols[alias]; v != nil {
@@ -68,9 +68,9 @@ func (r *allocRunner) volume(alias string, req *structs.VolumeRequest) volumeRec
 	return r.newVolume(alias, req)
 }
 
-func (r *allocRunner) newVolume(alias string, req *structs.VolumeRequest) volumeRecord {
+func (r *allocRunner) newVolume(alias string, req *structs.VolumeRequest) state.VolumeRecord {
 	id := req.VolumeID(r.rec.Name)
-	return volumeRecord{
+	return state.VolumeRecord{
 		Alias: alias, VolumeID: id, Namespace: r.rec.Namespace,
 		AccessMode: req.AccessMode, AttachmentMode: req.AttachmentMode, ReadOnly: req.ReadOnly,
 		State: structs.AllocVolumeState{VolumeID: id, Step: structs.AllocVolumeStepClaiming},
@@ -79,7 +79,7 @@ func (r *allocRunner) newVolume(alias string, req *structs.VolumeRequest) volume
 
 // updateVolume changes a volume's record with f, persists it, reports the
 // allocation when what is reported changed, and returns a copy.
-func (r *allocRunner) updateVolume(alias string, f func(v *volumeRecord)) volumeRecord {
+func (r *allocRunner) updateVolume(alias string, f func(v *state.VolumeRecord)) state.VolumeRecord {
 	r.mu.Lock()
 	v := r.vols[alias]
 	created := v == nil
@@ -97,7 +97,7 @@ func (r *allocRunner) updateVolume(alias string, f func(v *volumeRecord)) volume
 	c := *v
 	c.PublishContext = maps.Clone(v.PublishContext)
 	r.mu.Unlock()
-	r.persist(false, []*volumeRecord{&c}, nil)
+	r.persist(false, []*state.VolumeRecord{&c}, nil)
 	if changed {
 		r.report()
 	}
@@ -111,13 +111,13 @@ func (r *allocRunner) setupVolume(ctx context.Context, alias string, req *struct
 	}
 	// Reported before the first attempt, so the servers see the claim
 	// being taken even if it answers slowly.
-	r.updateVolume(alias, func(v *volumeRecord) {})
+	r.updateVolume(alias, func(v *state.VolumeRecord) {})
 	claim, err := r.claim(ctx, alias, v, req)
 	if err != nil {
 		return err
 	}
 	vol := claim.Volume
-	v = r.updateVolume(alias, func(v *volumeRecord) {
+	v = r.updateVolume(alias, func(v *state.VolumeRecord) {
 		v.PluginID, v.ExternalID = vol.PluginID, vol.RemoteID()
 		v.PublishContext = maps.Clone(claim.PublishContext)
 		v.TargetPath = r.m.c.paths.TargetPath(r.id, v.VolumeID)
@@ -134,7 +134,7 @@ func (r *allocRunner) setupVolume(ctx context.Context, alias string, req *struct
 // while the claim is refused for a reason that may pass: another
 // allocation's claim (the error names it), no leader, a server or node out
 // of reach, a plugin not healthy yet.
-func (r *allocRunner) claim(ctx context.Context, alias string, v volumeRecord, req *structs.VolumeRequest) (*structs.CSIVolumeClaimResponse, error) {
+func (r *allocRunner) claim(ctx context.Context, alias string, v state.VolumeRecord, req *structs.VolumeRequest) (*structs.CSIVolumeClaimResponse, error) {
 	// The claim is authenticated by the node's secret, which the servers
 	// know once the node registered.
 	select {
@@ -216,7 +216,7 @@ func (r *allocRunner) retry(ctx context.Context, alias string, op func() error, 
 		}
 		delay := r.m.backoff(attempt)
 		why := structs.MessageOf(err)
-		v := r.updateVolume(alias, func(v *volumeRecord) {
+		v := r.updateVolume(alias, func(v *state.VolumeRecord) {
 			v.State.Waiting, v.State.Attempts = why, attempt
 			v.State.NextRetry = time.Now().Add(delay).UnixNano()
 		})
@@ -264,7 +264,7 @@ func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.Vo
 	if caps.StageUnstage {
 		staging = r.m.c.paths.StagingPath(v.PluginID, v.Namespace, v.VolumeID, state.UsageMode(v.AccessMode, v.AttachmentMode, v.ReadOnly))
 	}
-	v = r.updateVolume(alias, func(v *volumeRecord) { v.StagingPath = staging })
+	v = r.updateVolume(alias, func(v *state.VolumeRecord) { v.StagingPath = staging })
 	if err := r.m.c.usage.Add(state.VolumeUsage{
 		AllocID: r.id, PluginID: v.PluginID, Namespace: v.Namespace, VolumeID: v.VolumeID, ExternalID: v.ExternalID,
 		AccessMode: v.AccessMode, AttachmentMode: v.AttachmentMode, ReadOnly: v.ReadOnly,
@@ -290,7 +290,7 @@ func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.Vo
 		if err != nil {
 			return csiError(csi.MethodNodeStageVolume, v.ExternalID, err)
 		}
-		v = r.updateVolume(alias, func(v *volumeRecord) {
+		v = r.updateVolume(alias, func(v *state.VolumeRecord) {
 			v.State.Step, v.State.Waiting, v.State.Attempts, v.State.NextRetry = structs.AllocVolumeStepStaged, "", 0, 0
 		})
 		r.logger.Info("volume staged", "volume", alias, "volume_id", v.VolumeID, "staging_path", staging)
@@ -307,7 +307,7 @@ func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.Vo
 	if err != nil {
 		return csiError(csi.MethodNodePublishVolume, v.ExternalID, err)
 	}
-	v = r.updateVolume(alias, func(v *volumeRecord) {
+	v = r.updateVolume(alias, func(v *state.VolumeRecord) {
 		v.State.Step, v.State.Waiting, v.State.Attempts, v.State.NextRetry = structs.AllocVolumeStepPublished, "", 0, 0
 	})
 	r.logger.Info("volume published", "volume", alias, "volume_id", v.VolumeID, "target_path", v.TargetPath)

@@ -179,5 +179,5 @@ func (r *allocRunner) taskDone(task string) bool {
 		return true
 	}
 	t := r.tasks[task]
-	return t != nil && t.State == taskDead
+	return t != nil && t.State == state.TaskDead
 }

@@ -106,7 +106,7 @@ func (l *lostAlloc) waitStopped(t *testing.T, c *Client) {
 	t.Helper()
 	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
 		st, _ := c.AllocState(l.alloc.ID)
-		return st.ClientStatus == structs.AllocClientStatusComplete && st.Tasks["t"].State == taskDead,
+		return st.ClientStatus == structs.AllocClientStatusComplete && st.Tasks["t"].State == state.TaskDead,
 			fmt.Errorf("allocation is %+v", st)
 	})
 }

@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/volplane/volplane/client/execdriver"
 	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
@@ -162,7 +161,7 @@ func (r *allocRunner) supervisePlugins(now time.Time) {
 			continue
 		}
 		t := r.task(task.Name)
-		if t.State != taskRunning || t.Stopping {
+		if t.State != state.TaskRunning || t.Stopping {
 			continue
 		}
 		p.mu.Lock()
@@ -189,7 +188,7 @@ func (r *allocRunner) supervisePlugins(now time.Time) {
 			reason = fmt.Sprintf("CSI plugin did not become healthy before configured %v health timeout", p.cfg.HealthTimeout)
 		}
 		r.logger.Warn("plugin task failed its health timeout; killing it", "task", task.Name, "plugin_id", p.cfg.ID, "reason", reason)
-		t = r.updateTask(task.Name, func(t *taskRecord) {
+		t = r.updateTask(task.Name, func(t *state.TaskRecord) {
 			t.FailReason = reason
 			t.Events = structs.AppendTaskEvent(t.Events, structs.NewTaskEvent(structs.TaskPluginUnhealthy, now.UnixNano()).
 				SetMessage("Error: "+reason))
@@ -236,7 +235,7 @@ func (r *allocRunner) pluginHealthChanged(name string, p *pluginTask, healthy bo
 
 // event appends an event to a task's record and reports it.
 func (r *allocRunner) event(name string, ev *structs.TaskEvent) {
-	r.updateTask(name, func(t *taskRecord) { t.Events = structs.AppendTaskEvent(t.Events, ev) })
+	r.updateTask(name, func(t *state.TaskRecord) { t.Events = structs.AppendTaskEvent(t.Events, ev) })
 	r.report()
 }
 
@@ -244,7 +243,7 @@ func (r *allocRunner) event(name string, ev *structs.TaskEvent) {
 // reported unhealthy at once; the task is restarted with backoff when it
 // died on its own and the policy allows it (true is returned), otherwise
 // its instance is deregistered.
-func (r *allocRunner) pluginTaskEnded(task *structs.Task, t taskRecord) bool {
+func (r *allocRunner) pluginTaskEnded(task *structs.Task, t state.TaskRecord) bool {
 	p := r.pluginTaskFor(task)
 	if p == nil {
 		return false
@@ -254,7 +253,7 @@ func (r *allocRunner) pluginTaskEnded(task *structs.Task, t taskRecord) bool {
 	if restart {
 		r.m.c.plugins.MarkUnhealthy(p.key, "plugin task exited: "+t.Description)
 		var delay time.Duration
-		t = r.updateTask(task.Name, func(t *taskRecord) {
+		t = r.updateTask(task.Name, func(t *state.TaskRecord) {
 			// Restarts within the policy's interval count against it.
 			var recent []int64
 			for _, at := range t.RestartTimes {
@@ -274,7 +273,7 @@ func (r *allocRunner) pluginTaskEnded(task *structs.Task, t taskRecord) bool {
 			delay = r.m.c.config.TaskRestartDelay << len(recent)
 			t.RestartTimes = append(t.RestartTimes, now.UnixNano())
 			t.Restarts++
-			t.State, t.Failed, t.Stopping = taskPending, false, false
+			t.State, t.Failed, t.Stopping = state.TaskPending, false, false
 			t.RestartAt = now.Add(delay).UnixNano()
 			t.Events = structs.AppendTaskEvent(t.Events, structs.NewTaskEvent(structs.TaskRestarting, now.UnixNano()).
 				SetDetail("start_delay", delay.String()).SetDetail("restart_reason", structs.ReasonWithinPolicy))
@@ -321,7 +320,7 @@ func (r *allocRunner) deregisterPlugins() {
 }
 
 // exitDetails annotates a Terminated event as Nomad does.
-func exitDetails(ev *structs.TaskEvent, exit *execdriver.TaskExit) *structs.TaskEvent {
+func exitDetails(ev *structs.TaskEvent, exit *state.TaskExit) *structs.TaskEvent {
 	if exit == nil {
 		return ev.SetMessage("ended without an exit status")
 	}

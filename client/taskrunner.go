@@ -46,7 +46,7 @@ func VolumeEnvVar(alias string) string {
 // settings, plus the allocation's and task's identity and directories and,
 // for every volume of the group, its published path. There is no
 // isolation: every task of the group can reach every volume of the group.
-func taskEnv(rec *allocRecord, task string, paths execdriver.TaskPaths, allocDir string, targets map[string]string) []string {
+func taskEnv(rec *state.AllocRecord, task string, paths execdriver.TaskPaths, allocDir string, targets map[string]string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "VOLPLANE_") {
@@ -71,8 +71,8 @@ func taskEnv(rec *allocRecord, task string, paths execdriver.TaskPaths, allocDir
 // judgeExit decides whether a task's end is a failure, and describes it.
 // exit is nil when the shim recorded nothing (it was killed too). A task
 // the client was stopping did not fail, whatever its end.
-func judgeExit(t *taskRecord, exit *execdriver.TaskExit) {
-	t.State, t.Exit = taskDead, exit
+func judgeExit(t *state.TaskRecord, exit *state.TaskExit) {
+	t.State, t.Exit = state.TaskDead, exit
 	switch {
 	case t.FailReason != "":
 		t.Failed, t.Description = true, fmt.Sprintf("task %s: %s", t.Name, t.FailReason)

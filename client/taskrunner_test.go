@@ -5,7 +5,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/volplane/volplane/client/execdriver"
+	"github.com/volplane/volplane/client/state"
 )
 
 func TestVolumeEnvVar(t *testing.T) {
@@ -23,22 +23,22 @@ func TestVolumeEnvVar(t *testing.T) {
 func TestJudgeExit(t *testing.T) {
 	for _, tc := range []struct {
 		stopping bool
-		exit     *execdriver.TaskExit
+		exit     *state.TaskExit
 		failed   bool
 		want     string
 	}{
-		{exit: &execdriver.TaskExit{}, want: "task t: exit code 0"},
-		{exit: &execdriver.TaskExit{ExitCode: 2}, failed: true, want: "task t: exit code 2"},
-		{exit: &execdriver.TaskExit{ExitCode: -1, Signal: "SIGSEGV"}, failed: true, want: "task t: killed by SIGSEGV"},
-		{exit: &execdriver.TaskExit{ExitCode: -1, StartError: "exec: boom"}, failed: true, want: "task t: exec: boom"},
+		{exit: &state.TaskExit{}, want: "task t: exit code 0"},
+		{exit: &state.TaskExit{ExitCode: 2}, failed: true, want: "task t: exit code 2"},
+		{exit: &state.TaskExit{ExitCode: -1, Signal: "SIGSEGV"}, failed: true, want: "task t: killed by SIGSEGV"},
+		{exit: &state.TaskExit{ExitCode: -1, StartError: "exec: boom"}, failed: true, want: "task t: exec: boom"},
 		{failed: true, want: "task t: ended without an exit status (its supervisor was killed)"},
-		{stopping: true, exit: &execdriver.TaskExit{ExitCode: -1, Signal: "SIGTERM"}, want: "task t: stopped (SIGTERM)"},
-		{stopping: true, exit: &execdriver.TaskExit{ExitCode: 143}, want: "task t: stopped (exit code 143)"},
+		{stopping: true, exit: &state.TaskExit{ExitCode: -1, Signal: "SIGTERM"}, want: "task t: stopped (SIGTERM)"},
+		{stopping: true, exit: &state.TaskExit{ExitCode: 143}, want: "task t: stopped (exit code 143)"},
 		{stopping: true, want: "task t: killed"},
 	} {
-		tr := &taskRecord{Name: "t", State: taskRunning, Stopping: tc.stopping}
+		tr := &state.TaskRecord{Name: "t", State: state.TaskRunning, Stopping: tc.stopping}
 		judgeExit(tr, tc.exit)
-		must.Eq(t, taskDead, tr.State)
+		must.Eq(t, state.TaskDead, tr.State)
 		must.Eq(t, tc.failed, tr.Failed, must.Sprint(tc.want))
 		must.Eq(t, tc.want, tr.Description)
 	}
