@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/client/allocrunner"
 	"github.com/volplane/volplane/client/execdriver"
 	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/plugins/csi/devplugin"
@@ -280,6 +281,11 @@ func readHello(t *testing.T, stateDir, externalID string) string {
 		return err == nil && out != "", err
 	})
 	return out
+}
+
+// allocDir is the directory of an allocation's tasks on the client.
+func (c *Client) allocDir(allocID string) string {
+	return allocrunner.AllocDir(c.config.DataDir, allocID)
 }
 
 // finishTask makes the taskScript of the allocation exit 0.

@@ -90,7 +90,7 @@ func TestAllocRunner_PerAllocAndClientRestart(t *testing.T) {
 	restarted := e.startClient(victim, keepOne)
 	must.Eq(t, ids, restarted.AllocIDs(), must.Sprint("the allocations are restored from the state file"))
 	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
-		if restarted.allocs.reconciled.Load() == 0 {
+		if restarted.allocs.Reconciled() == 0 {
 			return false, fmt.Errorf("the restarted client has not heard from the servers yet")
 		}
 		for _, id := range ids {
@@ -238,7 +238,7 @@ func TestAllocRunner_RestartWhileServersDown(t *testing.T) {
 	t.Cleanup(func() { srv2.Shutdown() })
 	waitAlloc(t, srv2, ends.ID, clientStatus(structs.AllocClientStatusComplete))
 	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
-		return c.allocs.reconciled.Load() > 0, fmt.Errorf("the client has not heard from the server yet")
+		return c.allocs.Reconciled() > 0, fmt.Errorf("the client has not heard from the server yet")
 	})
 	waitAlloc(t, srv2, keeps.ID, clientStatus(structs.AllocClientStatusRunning))
 	st, _ = c.AllocState(keeps.ID)

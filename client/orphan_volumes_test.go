@@ -10,6 +10,7 @@ import (
 	"github.com/shoenig/test/must"
 	"google.golang.org/grpc/codes"
 
+	"github.com/volplane/volplane/client/allocrunner"
 	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/server"
@@ -31,7 +32,7 @@ type lostAlloc struct {
 	// victim before it went away.
 	ext   string
 	usage state.VolumeUsage
-	shim  TaskState
+	shim  allocrunner.TaskState
 	// lostAt is a time after which the victim's node was never called for
 	// the volume.
 	lostAt time.Time

@@ -1,4 +1,4 @@
-package client
+package allocrunner
 
 import (
 	"crypto/sha256"
@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/volplane/volplane/client/csimanager"
 	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
@@ -85,8 +86,8 @@ type pluginTask struct {
 // when a socket there would have a longer path than a unix socket may, a
 // directory named after it in the system's temporary directory (made
 // private to the agent by preparePluginTask).
-func (c *Client) pluginDir(allocID, task string) string {
-	dir := filepath.Join(c.config.DataDir, state.CSIDir, "plugins", state.Segment(allocID), state.Segment(task))
+func (m *Manager) pluginDir(allocID, task string) string {
+	dir := filepath.Join(m.cfg.DataDir, state.CSIDir, "plugins", state.Segment(allocID), state.Segment(task))
 	if len(filepath.Join(dir, pluginSocketName)) <= maxSocketPath {
 		return dir
 	}
@@ -107,7 +108,7 @@ func (r *allocRunner) pluginTaskFor(task *structs.Task) *pluginTask {
 	}
 	p := r.plugins[task.Name]
 	if p == nil {
-		dir := r.m.c.pluginDir(r.id, task.Name)
+		dir := r.m.pluginDir(r.id, task.Name)
 		p = &pluginTask{
 			cfg: task.CSIPluginConfig, dir: dir, socket: filepath.Join(dir, pluginSocketName),
 			key: "alloc:" + r.id + "/" + task.Name,
@@ -201,8 +202,8 @@ func (r *allocRunner) supervisePlugins(now time.Time) {
 // registerPlugin registers a plugin task's instance with the plugin
 // manager; its health changes become the task's events.
 func (r *allocRunner) registerPlugin(name string, p *pluginTask) {
-	pc := PluginConfig{ID: p.cfg.ID, Endpoint: "unix://" + p.socket, Type: p.cfg.Type, AllocID: r.id}
-	err := r.m.c.plugins.Register(p.key, pc, func(healthy bool, reason string) {
+	pc := csimanager.PluginConfig{ID: p.cfg.ID, Endpoint: "unix://" + p.socket, Type: p.cfg.Type, AllocID: r.id}
+	err := r.m.cfg.Plugins.Register(p.key, pc, func(healthy bool, reason string) {
 		r.pluginHealthChanged(name, p, healthy, reason)
 	})
 	if err != nil {
@@ -251,7 +252,7 @@ func (r *allocRunner) pluginTaskEnded(task *structs.Task, t state.TaskRecord) bo
 	now := time.Now()
 	restart := !t.Stopping && t.FailReason == "" && !r.stopped() && (t.Exit == nil || t.Exit.StartError == "")
 	if restart {
-		r.m.c.plugins.MarkUnhealthy(p.key, "plugin task exited: "+t.Description)
+		r.m.cfg.Plugins.MarkUnhealthy(p.key, "plugin task exited: "+t.Description)
 		var delay time.Duration
 		t = r.updateTask(task.Name, func(t *state.TaskRecord) {
 			// Restarts within the policy's interval count against it.
@@ -270,7 +271,7 @@ func (r *allocRunner) pluginTaskEnded(task *structs.Task, t state.TaskRecord) bo
 					SetDetail("fails_task", "true"))
 				return
 			}
-			delay = r.m.c.config.TaskRestartDelay << len(recent)
+			delay = r.m.cfg.TaskRestartDelay << len(recent)
 			t.RestartTimes = append(t.RestartTimes, now.UnixNano())
 			t.Restarts++
 			t.State, t.Failed, t.Stopping = state.TaskPending, false, false
@@ -297,7 +298,7 @@ func (r *allocRunner) deregisterPlugin(p *pluginTask) {
 	p.registered = false
 	p.mu.Unlock()
 	if registered {
-		r.m.c.plugins.Deregister(p.key)
+		r.m.cfg.Plugins.Deregister(p.key)
 	}
 	// The task is dead for good: its socket directory goes too.
 	if err := os.RemoveAll(p.dir); err != nil {

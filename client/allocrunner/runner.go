@@ -1,4 +1,4 @@
-package client
+package allocrunner
 
 import (
 	"context"
@@ -35,7 +35,7 @@ const (
 // reports each change. Its goroutine (run) is the only writer of its
 // records; others read them under mu.
 type allocRunner struct {
-	m      *allocManager
+	m      *Manager
 	id     string
 	logger hclog.Logger
 	// stopCh is closed once the allocation is asked to stop.
@@ -53,7 +53,7 @@ type allocRunner struct {
 	plugins map[string]*pluginTask
 }
 
-func newAllocRunner(m *allocManager, rec *state.AllocRecord, vols map[string]*state.VolumeRecord, tasks map[string]*state.TaskRecord) *allocRunner {
+func newAllocRunner(m *Manager, rec *state.AllocRecord, vols map[string]*state.VolumeRecord, tasks map[string]*state.TaskRecord) *allocRunner {
 	if vols == nil {
 		vols = map[string]*state.VolumeRecord{}
 	}
@@ -175,7 +175,7 @@ func (r *allocRunner) stopReason() string {
 // startTasks starts the tasks that have not started, and takes over those
 // that run from an earlier start of the agent.
 func (r *allocRunner) startTasks() {
-	allocDir := r.m.c.allocDir(r.id)
+	allocDir := r.m.allocDir(r.id)
 	targets := r.publishedTargets()
 	// Once a task could not start, or the allocation is stopping, the
 	// tasks not started yet are not: they would only be killed.
@@ -235,7 +235,7 @@ func (r *allocRunner) startTask(task *structs.Task, paths execdriver.TaskPaths, 
 	env := taskEnv(r.rec, task.Name, paths, allocDir, targets)
 	// The node's identity, as Nomad's node attributes: a plugin task
 	// names its node by it (the development plugin's default node ID).
-	env = append(env, "VOLPLANE_NODE_ID="+r.m.c.id.NodeID, "VOLPLANE_NODE_NAME="+r.m.c.config.NodeName)
+	env = append(env, "VOLPLANE_NODE_ID="+r.m.cfg.NodeID, "VOLPLANE_NODE_NAME="+r.m.cfg.NodeName)
 	p := r.pluginTaskFor(task)
 	var err error
 	if p != nil {
@@ -272,7 +272,7 @@ func (r *allocRunner) startTask(task *structs.Task, paths execdriver.TaskPaths, 
 // restartDue starts again the tasks whose restart delay passed; a stop
 // cancels pending restarts.
 func (r *allocRunner) restartDue(now time.Time) {
-	allocDir := r.m.c.allocDir(r.id)
+	allocDir := r.m.allocDir(r.id)
 	var targets map[string]string
 	for _, task := range r.rec.Group.Tasks {
 		t := r.task(task.Name)
@@ -344,7 +344,7 @@ func (r *allocRunner) updateTask(name string, f func(t *state.TaskRecord)) state
 // stop, makes the others stop too: SIGTERM, then SIGKILL after the kill
 // timeout.
 func (r *allocRunner) supervise(ctx context.Context) {
-	cfg := r.m.c.config
+	cfg := r.m.cfg
 	ticker := time.NewTicker(cfg.TaskPollInterval)
 	defer ticker.Stop()
 	stopCh := r.stopCh
@@ -386,7 +386,7 @@ func (r *allocRunner) supervise(ctx context.Context) {
 // pollTasks collects the end of every task whose shim is gone, and returns
 // the tasks still running and the first one that failed.
 func (r *allocRunner) pollTasks() (live []string, failed string) {
-	allocDir := r.m.c.allocDir(r.id)
+	allocDir := r.m.allocDir(r.id)
 	for _, task := range r.rec.Group.Tasks {
 		t := r.task(task.Name)
 		if t.State == state.TaskRunning && execdriver.Ended(t.Process) {
@@ -426,7 +426,7 @@ func (r *allocRunner) signal(names []string, sig syscall.Signal) {
 		t := r.updateTask(name, func(t *state.TaskRecord) {
 			if !t.Stopping && sig == syscall.SIGTERM {
 				t.Events = structs.AppendTaskEvent(t.Events, structs.NewTaskEvent(structs.TaskKilling, structs.NowNano()).
-					SetDisplayMessage(fmt.Sprintf("Sent interrupt. Waiting %v before force killing", r.m.c.config.TaskKillTimeout)))
+					SetDisplayMessage(fmt.Sprintf("Sent interrupt. Waiting %v before force killing", r.m.cfg.TaskKillTimeout)))
 			}
 			t.Stopping = true
 		})
@@ -477,7 +477,7 @@ func (r *allocRunner) finish(status, description string) {
 	r.m.collect()
 	// Its volumes are the servers' to release now, unless they already
 	// did without the node step (the allocation was lost).
-	r.m.sweepSoon()
+	r.m.changed()
 }
 
 // setStatus changes the reported status while the allocation runs.

@@ -1,4 +1,4 @@
-package client
+package allocrunner
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/volplane/volplane/client/csimanager"
 	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/plugins/csi"
 	"github.com/volplane/volplane/rpc"
@@ -120,7 +121,7 @@ func (r *allocRunner) setupVolume(ctx context.Context, alias string, req *struct
 	v = r.updateVolume(alias, func(v *state.VolumeRecord) {
 		v.PluginID, v.ExternalID = vol.PluginID, vol.RemoteID()
 		v.PublishContext = maps.Clone(claim.PublishContext)
-		v.TargetPath = r.m.c.paths.TargetPath(r.id, v.VolumeID)
+		v.TargetPath = r.m.cfg.Paths.TargetPath(r.id, v.VolumeID)
 		if stepRank(v.State.Step) < stepRank(structs.AllocVolumeStepClaimed) {
 			v.State.Step = structs.AllocVolumeStepClaimed
 		}
@@ -138,7 +139,7 @@ func (r *allocRunner) claim(ctx context.Context, alias string, v state.VolumeRec
 	// The claim is authenticated by the node's secret, which the servers
 	// know once the node registered.
 	select {
-	case <-r.m.c.registered:
+	case <-r.m.cfg.Registered:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-r.stopCh:
@@ -146,9 +147,9 @@ func (r *allocRunner) claim(ctx context.Context, alias string, v state.VolumeRec
 	}
 	args := &structs.CSIVolumeClaimRequest{
 		VolumeID:     v.VolumeID,
-		NodeSecretID: r.m.c.id.SecretID,
+		NodeSecretID: r.m.cfg.SecretID,
 		Claim: &structs.CSIVolumeClaim{
-			AllocationID: r.id, NodeID: r.m.c.id.NodeID, Mode: req.ClaimMode(),
+			AllocationID: r.id, NodeID: r.m.cfg.NodeID, Mode: req.ClaimMode(),
 			AccessMode: req.AccessMode, AttachmentMode: req.AttachmentMode, ReadOnly: req.ReadOnly,
 			State: structs.CSIVolumeClaimStateTaken,
 		},
@@ -157,7 +158,7 @@ func (r *allocRunner) claim(ctx context.Context, alias string, v state.VolumeRec
 	var reply structs.CSIVolumeClaimResponse
 	err := r.retry(ctx, alias, func() error {
 		reply = structs.CSIVolumeClaimResponse{}
-		err := r.m.c.rpc("CSIVolume.Claim", args, &reply)
+		err := r.m.cfg.Servers.CSIVolumeClaim(args, &reply)
 		if err == nil && reply.Volume == nil {
 			err = structs.NewError(structs.ErrCodeInternal, "the claim's answer has no volume")
 		}
@@ -247,25 +248,28 @@ func (r *allocRunner) retry(ctx context.Context, alias string, op func() error, 
 // unstages a volume this allocation is about to use.
 func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.VolumeRequest, vol *structs.CSIVolume) error {
 	v := r.volume(alias, req)
-	plugin, _, err := r.m.c.plugins.Node(v.PluginID)
+	plugin, _, err := r.m.cfg.Plugins.Node(v.PluginID)
 	if err != nil {
 		return err
 	}
-	unlock := r.m.c.lockVolume(v.PluginID, v.Namespace, v.VolumeID)
+	unlock, err := r.m.cfg.Locks.LockVolume(ctx, v.PluginID, v.Namespace, v.VolumeID)
+	if err != nil {
+		return err
+	}
 	defer unlock()
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
 	caps, err := plugin.NodeCapabilities(callCtx)
 	if err != nil {
-		return csiError(csi.MethodNodeGetCapabilities, v.ExternalID, err)
+		return csimanager.CallError(csi.MethodNodeGetCapabilities, v.ExternalID, err)
 	}
 	staging := ""
 	if caps.StageUnstage {
-		staging = r.m.c.paths.StagingPath(v.PluginID, v.Namespace, v.VolumeID, state.UsageMode(v.AccessMode, v.AttachmentMode, v.ReadOnly))
+		staging = r.m.cfg.Paths.StagingPath(v.PluginID, v.Namespace, v.VolumeID, state.UsageMode(v.AccessMode, v.AttachmentMode, v.ReadOnly))
 	}
 	v = r.updateVolume(alias, func(v *state.VolumeRecord) { v.StagingPath = staging })
-	if err := r.m.c.usage.Add(state.VolumeUsage{
+	if err := r.m.cfg.Usage.Add(state.VolumeUsage{
 		AllocID: r.id, PluginID: v.PluginID, Namespace: v.Namespace, VolumeID: v.VolumeID, ExternalID: v.ExternalID,
 		AccessMode: v.AccessMode, AttachmentMode: v.AttachmentMode, ReadOnly: v.ReadOnly,
 		StagingPath: staging, TargetPath: v.TargetPath,
@@ -276,7 +280,7 @@ func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.Vo
 	if opts == nil {
 		opts = vol.MountOptions
 	}
-	volCap := capability(v.AccessMode, v.AttachmentMode, opts)
+	volCap := csimanager.Capability(v.AccessMode, v.AttachmentMode, opts)
 
 	if staging != "" && stepRank(v.State.Step) < stepRank(structs.AllocVolumeStepStaged) {
 		// The CO creates the staging directory; the plugin stages in it.
@@ -288,7 +292,7 @@ func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.Vo
 			PublishContext: v.PublishContext, VolumeContext: vol.Context, Secrets: vol.Secrets,
 		})
 		if err != nil {
-			return csiError(csi.MethodNodeStageVolume, v.ExternalID, err)
+			return csimanager.CallError(csi.MethodNodeStageVolume, v.ExternalID, err)
 		}
 		v = r.updateVolume(alias, func(v *state.VolumeRecord) {
 			v.State.Step, v.State.Waiting, v.State.Attempts, v.State.NextRetry = structs.AllocVolumeStepStaged, "", 0, 0
@@ -305,7 +309,7 @@ func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.Vo
 		ReadOnly: req.ReadOnly, PublishContext: v.PublishContext, VolumeContext: vol.Context, Secrets: vol.Secrets,
 	})
 	if err != nil {
-		return csiError(csi.MethodNodePublishVolume, v.ExternalID, err)
+		return csimanager.CallError(csi.MethodNodePublishVolume, v.ExternalID, err)
 	}
 	v = r.updateVolume(alias, func(v *state.VolumeRecord) {
 		v.State.Step, v.State.Waiting, v.State.Attempts, v.State.NextRetry = structs.AllocVolumeStepPublished, "", 0, 0

@@ -1,4 +1,4 @@
-package client
+package allocrunner
 
 import (
 	"fmt"
@@ -21,10 +21,13 @@ import (
 // (The CSI target paths are elsewhere: see state.CSIPaths.)
 const allocsDir = "allocs"
 
-// allocDir is the directory of an allocation's tasks.
-func (c *Client) allocDir(allocID string) string {
-	return filepath.Join(c.config.DataDir, allocsDir, state.Segment(allocID))
+// AllocDir is the directory of an allocation's tasks in the data dir
+// dataDir.
+func AllocDir(dataDir, allocID string) string {
+	return filepath.Join(dataDir, allocsDir, state.Segment(allocID))
 }
+
+func (m *Manager) allocDir(allocID string) string { return AllocDir(m.cfg.DataDir, allocID) }
 
 // VolumeEnvVar is the environment variable that gives a task the path of
 // its group's volume alias: VOLPLANE_VOLUME_ and the alias upper-cased,

@@ -1,4 +1,4 @@
-package client
+package allocrunner
 
 import (
 	"testing"
