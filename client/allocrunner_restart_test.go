@@ -281,7 +281,7 @@ func TestAllocRunner_DamagedStateFile(t *testing.T) {
 		t.Helper()
 		must.NoError(t, c.Shutdown())
 		damage()
-		var logs syncBuffer
+		var logs testutil.Buffer
 		c = e.startClient(0, func(cfg *Config) { cfg.Logger = testLogger(t, cfg.NodeName, &logs) })
 		testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
 			st, ok := c.AllocState(a.ID)
@@ -365,7 +365,7 @@ func TestAllocRunner_LostAllocationStopped(t *testing.T) {
 func TestAllocRunner_LostAllocationVolumeDetached(t *testing.T) {
 	t.Parallel()
 	l := newLostAlloc(t, "lost", nil)
-	var logs syncBuffer
+	var logs testutil.Buffer
 	c := l.restart(t, &logs)
 	l.waitStopped(t, c)
 	st, _ := c.AllocState(l.alloc.ID)

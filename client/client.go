@@ -147,10 +147,7 @@ func (c *Client) newAllocManager() error {
 		Servers: c.server, Plugins: c.plugins, Locks: &c.volumeLocks,
 		State: db, Restored: restored, Usage: c.usage, Paths: c.paths,
 		GoFunc: c.goFunc, AllocsChanged: c.sweepSoon,
-		AllocWatchWait: cfg.AllocWatchWait, ServerRetryMin: retryMin, ServerRetryMax: cfg.serverRetryMax,
-		ClaimBackoffMin: cfg.ClaimBackoffMin, ClaimBackoffMax: cfg.ClaimBackoffMax,
-		TaskKillTimeout: cfg.TaskKillTimeout, TaskPollInterval: cfg.TaskPollInterval, TaskRestartDelay: cfg.TaskRestartDelay,
-		FinishedAllocsKept: cfg.FinishedAllocsKept,
+		Timing: cfg.Timing, ServerRetryMin: retryMin, ServerRetryMax: cfg.serverRetryMax,
 	})
 	return nil
 }

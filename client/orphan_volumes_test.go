@@ -96,7 +96,7 @@ func newLostAlloc(t *testing.T, volID string, prepare func(*allocEnv)) *lostAllo
 }
 
 // restart starts the victim client again, logging to logs as well.
-func (l *lostAlloc) restart(t *testing.T, logs *syncBuffer) *Client {
+func (l *lostAlloc) restart(t *testing.T, logs *testutil.Buffer) *Client {
 	t.Helper()
 	return l.e.startClient(l.victim, func(cfg *Config) { cfg.Logger = testLogger(t, cfg.NodeName, logs) })
 }
@@ -143,7 +143,7 @@ func TestOrphanSweep_PastClaimKeepsVolume(t *testing.T) {
 	must.Eq(t, structs.CSIVolumeClaimStateNodeDetached, claim.State)
 	must.StrContains(t, claim.Note, "node step skipped")
 
-	var logs syncBuffer
+	var logs testutil.Buffer
 	c := l.restart(t, &logs)
 	l.waitStopped(t, c)
 	// The sweep looks several times (after the end of the allocation,

@@ -97,25 +97,37 @@ type Config struct {
 	// the volumes the servers released without the node step then.
 	AllocsChanged func()
 
-	// AllocWatchWait is how long one blocking query for the node's
-	// allocations waits.
-	AllocWatchWait time.Duration
+	Timing
 	// ServerRetryMin and ServerRetryMax bound the pause between failed
 	// rounds of the allocation query and of the status reports.
 	ServerRetryMin time.Duration
 	ServerRetryMax time.Duration
-	// ClaimBackoffMin and ClaimBackoffMax bound the pause between attempts
-	// of a claim, stage or publish that may pass.
+}
+
+// Timing are the runners' waits, pauses and bounds: the client agent's
+// settings.
+type Timing struct {
+	// AllocWatchWait is how long one blocking query for the node's
+	// allocations waits for a change before it is asked again.
+	AllocWatchWait time.Duration
+	// ClaimBackoffMin and ClaimBackoffMax bound the pause between two
+	// attempts of a volume claim (or node stage or publish) that failed in
+	// a way that may pass: it starts at Min and doubles, with jitter, up to
+	// Max. The allocation waits as long as it takes, until it is stopped.
 	ClaimBackoffMin time.Duration
 	ClaimBackoffMax time.Duration
 	// TaskKillTimeout is how long a stopped task has between SIGTERM and
-	// SIGKILL; TaskPollInterval how often tasks are checked for their
-	// exit; TaskRestartDelay the pause before a plugin task's first
-	// restart.
-	TaskKillTimeout  time.Duration
+	// SIGKILL.
+	TaskKillTimeout time.Duration
+	// TaskPollInterval is how often the processes of running tasks are
+	// checked for their exit.
 	TaskPollInterval time.Duration
+	// TaskRestartDelay is the pause before the first restart of a plugin
+	// task that died (Nomad's restart delay); it doubles with each restart
+	// within the restart policy's interval.
 	TaskRestartDelay time.Duration
-	// FinishedAllocsKept is how many finished allocations are kept, with
-	// their task logs.
+	// FinishedAllocsKept is how many finished allocations (whose volumes
+	// were released) the client keeps, with their task logs, the newest
+	// first; it forgets the others, and any the servers no longer list.
 	FinishedAllocsKept int
 }

@@ -128,12 +128,8 @@ func (m *Manager) watch(ctx context.Context) {
 				m.logger.Warn("querying the node's allocations failed; retrying", "error", err)
 				lastErr = err.Error()
 			}
-			t := time.NewTimer(retry)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !pause(ctx, retry) {
 				return
-			case <-t.C:
 			}
 			retry = min(retry*2, m.cfg.ServerRetryMax)
 			continue
@@ -367,4 +363,16 @@ func (m *Manager) backoff(attempt int) time.Duration {
 		}
 	}
 	return d - rand.N(d/5+1)
+}
+
+// pause waits for d, and reports false when ctx ended first.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

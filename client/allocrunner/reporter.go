@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -129,12 +128,8 @@ func (r *allocReporter) run(ctx context.Context) {
 				r.logger.Debug("reporting allocation status failed again", "error", err)
 			}
 		}
-		t := time.NewTimer(retry)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx, retry) {
 			return
-		case <-t.C:
 		}
 		retry = min(retry*2, r.cfg.ServerRetryMax)
 	}
