@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/client/clienttest"
 	"github.com/volplane/volplane/client/csimanager"
 	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/plugins/csi"
@@ -212,6 +213,9 @@ func TestManager_RunsReportsAndLogs(t *testing.T) {
 func TestManager_RestartAdoptsThenStopAll(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	// The task must not outlive the test, whatever failed: a Manager's
+	// shutdown leaves tasks running, as an agent's does.
+	t.Cleanup(func() { clienttest.KillTasksUnder(t, dir) })
 	job := shellJob(`touch "$VOLPLANE_ALLOC_DIR/started"; while [ ! -e "$VOLPLANE_ALLOC_DIR/done" ]; do sleep 0.05; done`)
 	first := startManager(t, dir, job, allocOf(job, "a1"))
 	waitReported(t, first, "a1", structs.AllocClientStatusRunning)
@@ -227,10 +231,6 @@ func TestManager_RestartAdoptsThenStopAll(t *testing.T) {
 	first.stop()
 
 	again := startManager(t, dir, job, allocOf(job, "a1"))
-	t.Cleanup(func() {
-		// The task must not outlive the test, whatever failed.
-		_ = os.WriteFile(filepath.Join(AllocDir(dir, "a1"), "done"), nil, 0o600)
-	})
 	st, ok := again.AllocState("a1")
 	must.True(t, ok, must.Sprint("the allocation was restored from the state file"))
 	must.Eq(t, pid, st.Tasks["t"].PID)
