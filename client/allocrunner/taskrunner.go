@@ -29,10 +29,10 @@ func AllocDir(dataDir, allocID string) string {
 
 func (m *Manager) allocDir(allocID string) string { return AllocDir(m.cfg.DataDir, allocID) }
 
-// VolumeEnvVar is the environment variable that gives a task the path of
+// volumeEnvVar is the environment variable that gives a task the path of
 // its group's volume alias: VOLPLANE_VOLUME_ and the alias upper-cased,
 // with every character other than a letter or a digit replaced by "_".
-func VolumeEnvVar(alias string) string {
+func volumeEnvVar(alias string) string {
 	var b strings.Builder
 	b.WriteString("VOLPLANE_VOLUME_")
 	for _, r := range strings.ToUpper(alias) {
@@ -66,7 +66,7 @@ func taskEnv(rec *state.AllocRecord, task string, paths execdriver.TaskPaths, al
 		"VOLPLANE_TASK_DIR="+paths.Dir,
 	)
 	for alias, target := range targets {
-		env = append(env, VolumeEnvVar(alias)+"="+target)
+		env = append(env, volumeEnvVar(alias)+"="+target)
 	}
 	return env
 }

@@ -15,7 +15,7 @@ func TestVolumeEnvVar(t *testing.T) {
 		"Logs":       "VOLPLANE_VOLUME_LOGS",
 		"ünïcode x!": "VOLPLANE_VOLUME__N_CODE_X_",
 	} {
-		must.Eq(t, want, VolumeEnvVar(alias), must.Sprint(alias))
+		must.Eq(t, want, volumeEnvVar(alias), must.Sprint(alias))
 	}
 }
 
