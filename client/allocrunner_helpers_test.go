@@ -5,15 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shoenig/test/must"
 
-	"github.com/volplane/volplane/client/execdriver"
+	"github.com/volplane/volplane/client/allocrunner"
+	"github.com/volplane/volplane/client/clienttest"
 	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/server"
@@ -42,7 +41,7 @@ func newAllocEnv(t *testing.T, servers []*server.Server, clients int) *allocEnv 
 		e.dataDirs = append(e.dataDirs, dir)
 		// After every client of the test is shut down (cleanups run last
 		// registered first), end the tasks they left running.
-		t.Cleanup(func() { killTasksUnder(t, dir) })
+		t.Cleanup(func() { clienttest.KillTasksUnder(t, dir) })
 	}
 	return e
 }
@@ -282,52 +281,13 @@ func readHello(t *testing.T, stateDir, externalID string) string {
 	return out
 }
 
+// allocDir is the directory of an allocation's tasks on the client.
+func (c *Client) allocDir(allocID string) string {
+	return allocrunner.AllocDir(c.config.DataDir, allocID)
+}
+
 // finishTask makes the taskScript of the allocation exit 0.
 func finishTask(t *testing.T, c *Client, allocID string) {
 	t.Helper()
 	must.NoError(t, os.WriteFile(filepath.Join(c.allocDir(allocID), "done"), nil, 0o600))
-}
-
-// killTasksUnder kills every process whose working directory is under dir
-// (the tasks and shims of a client whose data dir it is), with its process
-// group, and waits until they are gone: a client leaves its tasks running
-// when it shuts down, as it should, and the test must not.
-func killTasksUnder(t *testing.T, dir string) {
-	t.Helper()
-	find := func() []int { return processesUnder(dir) }
-	killed := find()
-	for _, pid := range killed {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
-		// Reap those that were children of this process.
-		for _, pid := range killed {
-			var ws syscall.WaitStatus
-			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
-		}
-		if left := find(); len(left) > 0 {
-			return false, fmt.Errorf("processes under %s survived SIGKILL: %v", dir, left)
-		}
-		return true, nil
-	})
-}
-
-// processesUnder returns the live processes (zombies aside) whose working
-// directory is under dir: the tasks and shims of a client whose data dir
-// it is.
-func processesUnder(dir string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
-		if err == nil && (cwd == dir || strings.HasPrefix(cwd, dir+"/")) && !execdriver.IsZombie(pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }

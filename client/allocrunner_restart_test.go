@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/volplane/volplane/client/execdriver"
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/server"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -89,12 +90,12 @@ func TestAllocRunner_PerAllocAndClientRestart(t *testing.T) {
 	restarted := e.startClient(victim, keepOne)
 	must.Eq(t, ids, restarted.AllocIDs(), must.Sprint("the allocations are restored from the state file"))
 	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
-		if restarted.allocs.reconciled.Load() == 0 {
+		if restarted.allocs.Reconciled() == 0 {
 			return false, fmt.Errorf("the restarted client has not heard from the servers yet")
 		}
 		for _, id := range ids {
 			st, _ := restarted.AllocState(id)
-			if st.Tasks["t"].State != taskRunning || st.Tasks["t"].PID != pids[id] {
+			if st.Tasks["t"].State != state.TaskRunning || st.Tasks["t"].PID != pids[id] {
 				return false, fmt.Errorf("allocation %s: task %+v, want running with PID %d", id, st.Tasks["t"], pids[id])
 			}
 		}
@@ -213,7 +214,7 @@ func TestAllocRunner_RestartWhileServersDown(t *testing.T) {
 			return false, fmt.Errorf("allocation that ended is %q (%s)", st.ClientStatus, st.ClientDescription)
 		}
 		st, _ = c.AllocState(keeps.ID)
-		if st.ClientStatus != structs.AllocClientStatusRunning || st.Tasks["t"].PID != pid || st.Tasks["t"].State != taskRunning {
+		if st.ClientStatus != structs.AllocClientStatusRunning || st.Tasks["t"].PID != pid || st.Tasks["t"].State != state.TaskRunning {
 			return false, fmt.Errorf("allocation that runs is %+v", st)
 		}
 		return true, nil
@@ -237,7 +238,7 @@ func TestAllocRunner_RestartWhileServersDown(t *testing.T) {
 	t.Cleanup(func() { srv2.Shutdown() })
 	waitAlloc(t, srv2, ends.ID, clientStatus(structs.AllocClientStatusComplete))
 	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
-		return c.allocs.reconciled.Load() > 0, fmt.Errorf("the client has not heard from the server yet")
+		return c.allocs.Reconciled() > 0, fmt.Errorf("the client has not heard from the server yet")
 	})
 	waitAlloc(t, srv2, keeps.ID, clientStatus(structs.AllocClientStatusRunning))
 	st, _ = c.AllocState(keeps.ID)
@@ -252,7 +253,7 @@ func liveTasks(c *Client) map[string][]string {
 	for _, id := range c.AllocIDs() {
 		st, _ := c.AllocState(id)
 		for name, task := range st.Tasks {
-			if task.State == taskRunning {
+			if task.State == state.TaskRunning {
 				out[id] = append(out[id], name)
 			}
 		}
@@ -274,17 +275,17 @@ func TestAllocRunner_DamagedStateFile(t *testing.T) {
 	a := waitAllocs(t, srv, "damaged", 1, clientStatus(structs.AllocClientStatusRunning))["damaged.g[0]"]
 	st, _ := c.AllocState(a.ID)
 	pid := st.Tasks["t"].PID
-	path := filepath.Join(e.dataDirs[0], stateFile)
+	path := filepath.Join(e.dataDirs[0], state.DBFile)
 
 	restart := func(damage func()) (*Client, string) {
 		t.Helper()
 		must.NoError(t, c.Shutdown())
 		damage()
-		var logs syncBuffer
+		var logs testutil.Buffer
 		c = e.startClient(0, func(cfg *Config) { cfg.Logger = testLogger(t, cfg.NodeName, &logs) })
 		testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
 			st, ok := c.AllocState(a.ID)
-			if !ok || st.Tasks["t"].State != taskRunning || st.Volumes["data"].Step != structs.AllocVolumeStepPublished {
+			if !ok || st.Tasks["t"].State != state.TaskRunning || st.Volumes["data"].Step != structs.AllocVolumeStepPublished {
 				return false, fmt.Errorf("allocation is %+v", st)
 			}
 			return true, nil
@@ -292,12 +293,13 @@ func TestAllocRunner_DamagedStateFile(t *testing.T) {
 		return c, logs.String()
 	}
 
-	// One record: the task's.
+	// One record: the task's, written as the file lays it out (bucket
+	// "tasks", key <alloc ID> NUL <task>).
 	c, logs := restart(func() {
 		db, err := bolt.Open(path, 0o600, nil)
 		must.NoError(t, err)
 		must.NoError(t, db.Update(func(tx *bolt.Tx) error {
-			return tx.Bucket(bucketTasks).Put(subKey(a.ID, "t"), []byte("\x00garbage"))
+			return tx.Bucket([]byte("tasks")).Put([]byte(a.ID+"\x00t"), []byte("\x00garbage"))
 		}))
 		must.NoError(t, db.Close())
 	})
@@ -346,7 +348,7 @@ func TestAllocRunner_LostAllocationStopped(t *testing.T) {
 	c = e.startClient(0, nil)
 	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
 		st, _ := c.AllocState(a.ID)
-		return st.ClientStatus == structs.AllocClientStatusComplete && st.Tasks["t"].State == taskDead,
+		return st.ClientStatus == structs.AllocClientStatusComplete && st.Tasks["t"].State == state.TaskDead,
 			fmt.Errorf("allocation is %+v", st)
 	})
 	st, _ = c.AllocState(a.ID)
@@ -363,7 +365,7 @@ func TestAllocRunner_LostAllocationStopped(t *testing.T) {
 func TestAllocRunner_LostAllocationVolumeDetached(t *testing.T) {
 	t.Parallel()
 	l := newLostAlloc(t, "lost", nil)
-	var logs syncBuffer
+	var logs testutil.Buffer
 	c := l.restart(t, &logs)
 	l.waitStopped(t, c)
 	st, _ := c.AllocState(l.alloc.ID)

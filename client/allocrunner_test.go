@@ -12,6 +12,8 @@ import (
 	"github.com/shoenig/test/must"
 	"google.golang.org/grpc/codes"
 
+	"github.com/volplane/volplane/client/allocrunner"
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -88,7 +90,7 @@ func TestAllocRunner_ClaimStagePublishRun(t *testing.T) {
 	local, ok := c.AllocState(a.ID)
 	must.True(t, ok)
 	must.Eq(t, structs.AllocClientStatusComplete, local.ClientStatus)
-	must.Eq(t, TaskState{PID: local.Tasks["t"].PID, State: taskDead, Description: "task t: exit code 0"}, local.Tasks["t"])
+	must.Eq(t, allocrunner.TaskState{PID: local.Tasks["t"].PID, State: state.TaskDead, Description: "task t: exit code 0"}, local.Tasks["t"])
 	_, err = os.Stat(filepath.Join(c.allocDir(a.ID), "logs", "t.stdout"))
 	must.NoError(t, err, must.Sprint("a finished allocation keeps its logs"))
 }
@@ -224,9 +226,9 @@ func TestAllocRunner_FailedTaskStopsTheOthers(t *testing.T) {
 	must.NoError(t, srv.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "pair"}, &structs.JobDeregisterResponse{}))
 	must.Eq(t, "task short: exit code 3", failed.ClientDescription)
 	st, _ := c.AllocState(a.ID)
-	must.Eq(t, TaskState{PID: st.Tasks["long"].PID, State: taskDead, Description: "task long: stopped (SIGTERM)"}, st.Tasks["long"])
+	must.Eq(t, allocrunner.TaskState{PID: st.Tasks["long"].PID, State: state.TaskDead, Description: "task long: stopped (SIGTERM)"}, st.Tasks["long"])
 	must.True(t, st.Tasks["short"].Failed)
-	must.Eq(t, TaskState{PID: st.Tasks["stubborn"].PID, State: taskDead, Description: "task stubborn: killed"}, st.Tasks["stubborn"])
+	must.Eq(t, allocrunner.TaskState{PID: st.Tasks["stubborn"].PID, State: state.TaskDead, Description: "task stubborn: killed"}, st.Tasks["stubborn"])
 	out, err := os.ReadFile(filepath.Join(c.allocDir(a.ID), "logs", "short.stderr"))
 	must.NoError(t, err)
 	must.Eq(t, "oops\n", string(out))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/volplane/volplane/client/allocrunner"
 	"github.com/volplane/volplane/client/csimanager"
 	"github.com/volplane/volplane/client/serverconn"
 	"github.com/volplane/volplane/client/state"
@@ -34,11 +35,15 @@ type Client struct {
 	servers *serverconn.List
 	// server is the session with the server in use.
 	server *serverconn.Conn
-	allocs *allocManager
+	// state is the allocations' state file; allocs runs them.
+	state  *state.DB
+	allocs *allocrunner.Manager
 	// volumeLocks serialises, per volume, the allocation runners' stage
 	// and publish with the servers' node detaches, so that a detach never
 	// unstages a volume another allocation is being published from.
-	volumeLocks keyedMutex
+	volumeLocks volumeLocks
+	// sweepNow asks the orphan sweep to run (see sweepSoon).
+	sweepNow chan struct{}
 
 	// heartbeatNow wakes the heartbeat loop early (a fingerprint changed).
 	heartbeatNow chan struct{}
@@ -84,6 +89,7 @@ func NewClient(cfg *Config) (*Client, error) {
 		servers:      serverconn.NewList(cfg.Servers),
 		heartbeatNow: make(chan struct{}, 1),
 		registered:   make(chan struct{}),
+		sweepNow:     make(chan struct{}, 1),
 		ctx:          ctx,
 		cancel:       cancel,
 		calls:        clientrpc.NewCalls(ctx),
@@ -111,17 +117,39 @@ func NewClient(cfg *Config) (*Client, error) {
 		cancel()
 		return nil, err
 	}
-	if cl.allocs, err = newAllocManager(cl); err != nil {
+	if err := cl.newAllocManager(); err != nil {
 		cl.plugins.Close()
 		cancel()
 		return nil, err
 	}
 	cl.plugins.Run(ctx, cl.goFunc)
 	cl.goFunc(cl.heartbeatLoop)
-	cl.allocs.start()
+	cl.allocs.Start(ctx)
+	cl.goFunc(func() { cl.sweepOrphans(ctx) })
 	cl.logger.Info("client started", "node_id", id.NodeID, "name", cfg.NodeName,
 		"servers", cfg.Servers, "plugins", len(cfg.Plugins))
 	return cl, nil
+}
+
+// newAllocManager opens the allocations' state file and builds the
+// manager of their runners from it, with what it needs of the client.
+func (c *Client) newAllocManager() error {
+	logger := c.logger.Named("allocs")
+	db, restored, err := state.OpenDB(c.config.DataDir, logger)
+	if err != nil {
+		return err
+	}
+	c.state = db
+	cfg := c.config
+	c.allocs = allocrunner.New(allocrunner.Config{
+		Logger: c.logger, DataDir: cfg.DataDir,
+		NodeID: c.id.NodeID, SecretID: c.id.SecretID, NodeName: cfg.NodeName, Registered: c.registered,
+		Servers: c.server, Plugins: c.plugins, Locks: &c.volumeLocks,
+		State: db, Restored: restored, Usage: c.usage, Paths: c.paths,
+		GoFunc: c.goFunc, AllocsChanged: c.sweepSoon,
+		Timing: cfg.Timing, ServerRetryMin: retryMin, ServerRetryMax: cfg.serverRetryMax,
+	})
+	return nil
 }
 
 // goFunc runs f in a goroutine Shutdown waits for, and reports whether it
@@ -153,6 +181,15 @@ func (c *Client) Usage() *state.UsageRegistry { return c.usage }
 // Paths is the layout of CSI staging and target paths on this node.
 func (c *Client) Paths() state.CSIPaths { return c.paths }
 
+// AllocIDs returns the allocations the client runs or remembers, sorted.
+func (c *Client) AllocIDs() []string { return c.allocs.AllocIDs() }
+
+// AllocState returns what the client knows of an allocation, and whether
+// it knows it.
+func (c *Client) AllocState(allocID string) (allocrunner.AllocState, bool) {
+	return c.allocs.AllocState(allocID)
+}
+
 // Servers returns the server addresses the client knows, in the order it
 // tries them, and the one in use.
 func (c *Client) Servers() (all []string, current string) {
@@ -179,7 +216,10 @@ func (c *Client) Shutdown() error {
 		// A heartbeat may have opened a session after the first close.
 		c.server.Close()
 		c.plugins.Close()
-		c.allocs.close()
+		// Every runner has returned: nothing writes the state file now.
+		if err := c.state.Close(); err != nil {
+			c.logger.Warn("closing the client state file", "error", err)
+		}
 	})
 	return nil
 }
@@ -190,11 +230,6 @@ func (c *Client) triggerHeartbeat() {
 	case c.heartbeatNow <- struct{}{}:
 	default:
 	}
-}
-
-// rpc calls the servers (see serverconn.Conn.RPC).
-func (c *Client) rpc(method string, args, reply any) error {
-	return c.server.RPC(method, args, reply)
 }
 
 // newRPCServer returns the server of the calls servers make to this client.

@@ -315,7 +315,7 @@ func TestClient_WrongSecretRefused(t *testing.T) {
 	must.NoError(t, err)
 	must.NoError(t, os.WriteFile(path, buf, 0o600))
 
-	var logs syncBuffer
+	var logs testutil.Buffer
 	second := testClient(t, addrs(servers...), func(cfg *Config) {
 		cfg.DataDir = dataDir
 		cfg.Logger = testLogger(t, "tampered", &logs)

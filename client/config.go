@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/volplane/volplane/client/allocrunner"
 	"github.com/volplane/volplane/client/csimanager"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/tlsutil"
@@ -75,29 +76,10 @@ type Config struct {
 	// RPCTimeout bounds one call to a server.
 	RPCTimeout time.Duration
 
-	// AllocWatchWait is how long one blocking query for the node's
-	// allocations waits for a change before it is asked again.
-	AllocWatchWait time.Duration
-	// ClaimBackoffMin and ClaimBackoffMax bound the pause between two
-	// attempts of a volume claim (or node stage or publish) that failed in
-	// a way that may pass: it starts at Min and doubles, with jitter, up to
-	// Max. The allocation waits as long as it takes, until it is stopped.
-	ClaimBackoffMin time.Duration
-	ClaimBackoffMax time.Duration
-	// TaskKillTimeout is how long a stopped task has between SIGTERM and
-	// SIGKILL.
-	TaskKillTimeout time.Duration
-	// TaskPollInterval is how often the processes of running tasks are
-	// checked for their exit.
-	TaskPollInterval time.Duration
-	// TaskRestartDelay is the pause before the first restart of a plugin
-	// task that died (Nomad's restart delay); it doubles with each restart
-	// within the restart policy's interval.
-	TaskRestartDelay time.Duration
-	// FinishedAllocsKept is how many finished allocations (whose volumes
-	// were released) the client keeps, with their task logs, the newest
-	// first; it forgets the others, and any the servers no longer list.
-	FinishedAllocsKept int
+	// Timing are the allocation runners' waits, pauses and bounds
+	// (AllocWatchWait, ClaimBackoffMin and Max, TaskKillTimeout,
+	// TaskPollInterval, TaskRestartDelay, FinishedAllocsKept).
+	allocrunner.Timing
 
 	// newFingerprinter replaces the CSI client for tests of the plugin
 	// manager; nil means the real one.

@@ -2,14 +2,11 @@ package client
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"sync"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
+	"github.com/volplane/volplane/client/csimanager"
 	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/plugins/csi"
 	"github.com/volplane/volplane/structs"
@@ -53,7 +50,7 @@ func (e *ClientCSI) ControllerAttachVolume(args *structs.ClientCSIControllerAtta
 	pc, err := plugin.ControllerPublishVolume(ctx, &csi.ControllerPublishRequest{
 		ExternalID:    args.VolumeID,
 		NodeID:        args.ClientCSINodeID,
-		Capability:    capability(args.AccessMode, args.AttachmentMode, args.MountOptions),
+		Capability:    csimanager.Capability(args.AccessMode, args.AttachmentMode, args.MountOptions),
 		ReadOnly:      args.ReadOnly,
 		Secrets:       args.Secrets,
 		VolumeContext: args.VolumeContext,
@@ -229,7 +226,7 @@ type nodeDetachRequest struct {
 // the record gone. name prefixes the errors. The request's fields are
 // assumed present.
 func (e *ClientCSI) nodeDetach(ctx context.Context, name string, d *nodeDetachRequest) (bool, error) {
-	if err := e.c.allocs.checkDetach(d.AllocID); err != nil {
+	if err := e.c.allocs.CheckDetach(d.AllocID); err != nil {
 		return false, structs.Wrap(err, "%s: volume %q", name, d.VolumeID)
 	}
 	plugin, nodeInfo, err := e.c.plugins.Node(d.PluginID)
@@ -238,7 +235,7 @@ func (e *ClientCSI) nodeDetach(ctx context.Context, name string, d *nodeDetachRe
 	}
 	// A detach of the same volume still in flight (a server's, whose
 	// caller may be gone) is waited for no longer than this one may take.
-	unlock, err := e.c.lockVolumeCtx(ctx, d.PluginID, d.Namespace, d.VolumeID)
+	unlock, err := e.c.volumeLocks.LockVolume(ctx, d.PluginID, d.Namespace, d.VolumeID)
 	if err != nil {
 		return false, structs.NewError(structs.ErrCodeRetryable, "%s: volume %q: another operation on the volume did not end in time: %v",
 			name, d.VolumeID, err)
@@ -253,7 +250,7 @@ func (e *ClientCSI) nodeDetach(ctx context.Context, name string, d *nodeDetachRe
 		// The check above ran before the lock: a runner may have been
 		// built for the allocation since, and be publishing (under this
 		// lock, so it is done) or running.
-		if err := e.c.allocs.checkDetach(d.AllocID); err != nil {
+		if err := e.c.allocs.CheckDetach(d.AllocID); err != nil {
 			return false, structs.Wrap(err, "%s: volume %q", name, d.VolumeID)
 		}
 	}
@@ -289,7 +286,7 @@ func (e *ClientCSI) nodeDetach(ctx context.Context, name string, d *nodeDetachRe
 		return false, structs.NewError(structs.ErrCodeInternal, "%s: volume %q of allocation %q was detached but not forgotten: %v",
 			name, d.VolumeID, d.AllocID, err)
 	}
-	e.c.allocs.volumeDetached(d.AllocID, d.VolumeID)
+	e.c.allocs.VolumeDetached(d.AllocID, d.VolumeID)
 	e.c.logger.Debug("volume detached from node", "volume_id", d.VolumeID, "alloc_id", d.AllocID)
 	return true, nil
 }
@@ -343,41 +340,12 @@ func (e *ClientCSI) fail(method, pluginID, volumeID string, err error) error {
 	if err == nil {
 		return nil
 	}
-	out := csiError(method, volumeID, err)
+	out := csimanager.CallError(method, volumeID, err)
 	if out != nil {
 		e.c.logger.Warn("csi plugin call failed", "plugin_id", pluginID, "method", method, "volume_id", volumeID,
 			"code", structs.CodeOf(out), "error", out)
 	}
 	return out
-}
-
-// csiError maps a CSI client error to the typed error servers act on.
-func csiError(method, volumeID string, err error) error {
-	class := csi.ClassOf(method, err)
-	if class == csi.ClassAlreadyDone {
-		return nil
-	}
-	var se *structs.Error
-	if errors.As(err, &se) {
-		// The CSI client refused the request before sending it.
-		return structs.NewError(se.Code, "%s", err.Error())
-	}
-	code := status.Code(err)
-	msg := err.Error()
-	var ce *csi.Error
-	if errors.As(err, &ce) {
-		code = ce.Code
-		msg = status.Convert(errors.Unwrap(ce)).Message()
-	}
-	text := method + " of volume " + quote(volumeID) + " failed with gRPC code " + code.String() + ": " + msg
-	switch {
-	case class == csi.ClassRetryable:
-		return structs.NewError(structs.ErrCodeRetryable, "%s", text)
-	case method == csi.MethodControllerPublishVolume && code == codes.FailedPrecondition:
-		// Published on another node: possible once that claim is released.
-		return structs.NewError(structs.ErrCodeRetryable, "%s", text)
-	}
-	return structs.NewError(structs.ErrCodeInternal, "%s", text)
 }
 
 func quote(s string) string { return `"` + s + `"` }
@@ -397,17 +365,6 @@ func validModes(m *structs.MultiError, access structs.CSIVolumeAccessMode, attac
 	}
 }
 
-// capability is the CSI capability of a volume used with these modes; mount
-// options go with file systems only. The allocation runner's stage and
-// publish and the ClientCSI controller calls all build theirs here.
-func capability(access structs.CSIVolumeAccessMode, attachment structs.CSIVolumeAttachmentMode, opts *structs.CSIMountOptions) *csi.VolumeCapability {
-	c := &csi.VolumeCapability{AccessMode: access, AttachmentMode: attachment}
-	if attachment == structs.CSIVolumeAttachmentModeFilesystem {
-		c.MountOptions = opts
-	}
-	return c
-}
-
 // capabilities converts a request's capabilities, adding their problems to m.
 func capabilities(m *structs.MultiError, in []*structs.CSIVolumeCapability, opts *structs.CSIMountOptions) []*csi.VolumeCapability {
 	if len(in) == 0 {
@@ -420,7 +377,7 @@ func capabilities(m *structs.MultiError, in []*structs.CSIVolumeCapability, opts
 			continue
 		}
 		validModes(m, c.AccessMode, c.AttachmentMode)
-		out = append(out, capability(c.AccessMode, c.AttachmentMode, opts))
+		out = append(out, csimanager.Capability(c.AccessMode, c.AttachmentMode, opts))
 	}
 	return out
 }
@@ -430,21 +387,11 @@ func removeEmptyDir(dir string) {
 	_ = os.Remove(dir)
 }
 
-// lockVolume takes the client's lock on one volume of a plugin (see
-// Client.volumeLocks) and returns its unlock. The runner's publish and the
-// servers' detach must name a volume alike to exclude each other.
-func (c *Client) lockVolume(pluginID, namespace, volumeID string) func() {
-	unlock, _ := c.lockVolumeCtx(context.Background(), pluginID, namespace, volumeID)
-	return unlock
-}
-
-// lockVolumeCtx is lockVolume, giving up when ctx ends.
-func (c *Client) lockVolumeCtx(ctx context.Context, pluginID, namespace, volumeID string) (func(), error) {
-	return c.volumeLocks.lock(ctx, pluginID+"\x00"+namespace+"\x00"+volumeID)
-}
-
-// keyedMutex is a set of locks by key, each dropped when unused.
-type keyedMutex struct {
+// volumeLocks is the client's lock on each volume of a plugin (see
+// Client.volumeLocks): a set of locks by key, each dropped when unused.
+// The runners' publish and the servers' detach must name a volume alike to
+// exclude each other.
+type volumeLocks struct {
 	mu    sync.Mutex
 	locks map[string]*keyedLock
 }
@@ -456,8 +403,10 @@ type keyedLock struct {
 	refs int
 }
 
-// lock locks key and returns its unlock, or ctx's error if ctx ends first.
-func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
+// LockVolume locks a volume and returns its unlock, or ctx's error if ctx
+// ends first.
+func (k *volumeLocks) LockVolume(ctx context.Context, pluginID, namespace, volumeID string) (func(), error) {
+	key := pluginID + "\x00" + namespace + "\x00" + volumeID
 	k.mu.Lock()
 	if k.locks == nil {
 		k.locks = map[string]*keyedLock{}

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 
+	"github.com/volplane/volplane/client/csimanager"
 	"github.com/volplane/volplane/plugins/csi"
 	"github.com/volplane/volplane/structs"
 )
@@ -122,7 +123,7 @@ func (e *ClientCSI) ControllerExpandVolume(args *structs.ClientCSIControllerExpa
 	var c *csi.VolumeCapability
 	if args.Capability != nil {
 		validModes(&m, args.Capability.AccessMode, args.Capability.AttachmentMode)
-		c = capability(args.Capability.AccessMode, args.Capability.AttachmentMode, args.MountOptions)
+		c = csimanager.Capability(args.Capability.AccessMode, args.Capability.AttachmentMode, args.MountOptions)
 	}
 	plugin, ctx, cancel, err := e.capableControllerCall(name, &m, args, args.ClientCSITarget, args.PluginID, structs.CSIControllerExpandVolume)
 	if err != nil {
@@ -168,7 +169,7 @@ func (e *ClientCSI) NodeExpandVolume(args *structs.ClientCSINodeExpandVolumeRequ
 		return structs.ErrNotFound("%s: volume %q is not published on node %q for allocation %q",
 			name, args.VolumeID, e.c.id.NodeID, args.AllocID)
 	}
-	unlock, err := e.c.lockVolumeCtx(ctx, usage.PluginID, usage.Namespace, usage.VolumeID)
+	unlock, err := e.c.volumeLocks.LockVolume(ctx, usage.PluginID, usage.Namespace, usage.VolumeID)
 	if err != nil {
 		return structs.NewError(structs.ErrCodeRetryable, "%s: volume %q: another operation on the volume did not end in time: %v",
 			name, args.VolumeID, err)
@@ -184,7 +185,7 @@ func (e *ClientCSI) NodeExpandVolume(args *structs.ClientCSINodeExpandVolumeRequ
 		StagingPath: usage.StagingPath,
 		CapacityMin: args.CapacityMin,
 		CapacityMax: args.CapacityMax,
-		Capability:  capability(args.AccessMode, args.AttachmentMode, args.MountOptions),
+		Capability:  csimanager.Capability(args.AccessMode, args.AttachmentMode, args.MountOptions),
 		Secrets:     args.Secrets,
 	})
 	if err != nil {

@@ -29,37 +29,18 @@ const drainDetachName = "agent shutdown"
 // published here, or with an error saying what is left when ctx ends first
 // or a local detach fails. Call Shutdown after it.
 func (c *Client) DrainAllocations(ctx context.Context, releaseWait time.Duration) error {
-	m := c.allocs
-	m.mu.Lock()
-	m.draining = true
-	runners := make([]*allocRunner, 0, len(m.runners))
-	for _, r := range m.runners {
-		runners = append(runners, r)
-	}
-	m.mu.Unlock()
-	if len(runners) > 0 {
-		c.logger.Info("stopping every allocation before the agent exits", "allocs", len(runners))
-	}
 	// Taken now: the servers may release a volume from the node the moment
 	// its allocation ends, and the wait below is also for the controller
 	// step that follows.
 	uses := c.usage.All()
-	for _, r := range runners {
-		r.stop(drainStopReason)
+	ids := c.allocs.StopAll(drainStopReason)
+	if len(ids) > 0 {
+		c.logger.Info("stopping every allocation before the agent exits", "allocs", len(ids))
 	}
 	// Runners and releases report through the state file and the servers,
 	// not through a channel: both are looked at as often as tasks are.
-	running := func() []string {
-		var ids []string
-		for _, r := range runners {
-			if r.getPhase() != phaseDone {
-				ids = append(ids, r.id)
-			}
-		}
-		return ids
-	}
-	if !c.pollUntil(ctx, func() bool { return len(running()) == 0 }) {
-		return fmt.Errorf("allocations still running: %v", running())
+	if !c.pollUntil(ctx, func() bool { return len(c.allocs.Running(ids)) == 0 }) {
+		return fmt.Errorf("allocations still running: %v", c.allocs.Running(ids))
 	}
 
 	// The servers' release, bounded: the servers may be gone, or backing
@@ -75,7 +56,7 @@ func (c *Client) DrainAllocations(ctx context.Context, releaseWait time.Duration
 				// Past the node step, the controller's: the claim is
 				// freed once the volume is unpublished from the
 				// controller too.
-				if released, err := m.releasedByServers(u); err != nil || !released {
+				if released, err := c.releasedByServers(u); err != nil || !released {
 					return false
 				}
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/client/clienttest"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
@@ -23,13 +24,13 @@ func TestDrainAllocations_StopsTasksAndServersRelease(t *testing.T) {
 	ext := e.createVolume(srv, "drained")
 	registerJob(t, srv, writerJob("drained", 1, "drained", false, taskScript))
 	a := waitAllocs(t, srv, "drained", 1, clientStatus(structs.AllocClientStatusRunning))["drained.g[0]"]
-	must.SliceNotEmpty(t, processesUnder(e.dataDirs[0]), must.Sprint("the task runs"))
+	must.SliceNotEmpty(t, clienttest.ProcessesUnder(e.dataDirs[0]), must.Sprint("the task runs"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	must.NoError(t, c.DrainAllocations(ctx, 30*time.Second))
 
-	must.SliceEmpty(t, processesUnder(e.dataDirs[0]), must.Sprint("no task or shim is left"))
+	must.SliceEmpty(t, clienttest.ProcessesUnder(e.dataDirs[0]), must.Sprint("no task or shim is left"))
 	must.SliceEmpty(t, c.Usage().All(), must.Sprint("no volume is left published on the node"))
 	st, _ := c.AllocState(a.ID)
 	must.Eq(t, structs.AllocClientStatusComplete, st.ClientStatus)
@@ -46,7 +47,7 @@ func TestDrainAllocations_StopsTasksAndServersRelease(t *testing.T) {
 		return len(all) == 2, fmt.Errorf("%d allocations, %v", len(all), err)
 	})
 	must.Eq(t, []string{a.ID}, c.AllocIDs(), must.Sprint("the replacement is not taken up"))
-	must.SliceEmpty(t, processesUnder(e.dataDirs[0]))
+	must.SliceEmpty(t, clienttest.ProcessesUnder(e.dataDirs[0]))
 }
 
 // With the servers gone, a drain still stops the tasks and, once its wait
@@ -65,7 +66,7 @@ func TestDrainAllocations_DetachesWhatTheServersDoNot(t *testing.T) {
 	defer cancel()
 	must.NoError(t, c.DrainAllocations(ctx, 200*time.Millisecond))
 
-	must.SliceEmpty(t, processesUnder(e.dataDirs[0]), must.Sprint("no task or shim is left"))
+	must.SliceEmpty(t, clienttest.ProcessesUnder(e.dataDirs[0]), must.Sprint("no task or shim is left"))
 	must.SliceEmpty(t, c.Usage().All(), must.Sprint("no volume is left published on the node"))
 	unpublish := callsFor(t, e.stateDir, "NodeUnpublishVolume", ext)
 	unstage := callsFor(t, e.stateDir, "NodeUnstageVolume", ext)

@@ -2,14 +2,10 @@ package client
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"os"
-	"slices"
-	"strings"
 	"time"
 
-	"github.com/volplane/volplane/client/execdriver"
 	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
@@ -48,15 +44,14 @@ func (e *FileSystem) Logs(args *structs.FSLogsRequest, reply *structs.FSLogsResp
 	if args.Offset < 0 {
 		return structs.ErrInvalid("logs: negative offset %d", args.Offset)
 	}
-	r := e.c.allocs.runner(args.AllocID)
-	if r == nil {
+	tl, ok, err := e.c.allocs.TaskLog(args.AllocID, args.Task)
+	switch {
+	case !ok:
 		return structs.ErrNotFound("allocation %q is not on node %q, or its files were removed", args.AllocID, e.c.NodeID())
-	}
-	task, err := r.logTask(args.Task)
-	if err != nil {
+	case err != nil:
 		return err
 	}
-	paths := execdriver.NewTaskPaths(e.c.allocDir(r.id), task)
+	task, paths := tl.Task, tl.Paths
 	path := paths.Stdout
 	if logType == structs.LogTypeStderr {
 		path = paths.Stderr
@@ -81,10 +76,10 @@ func (e *FileSystem) Logs(args *structs.FSLogsRequest, reply *structs.FSLogsResp
 		// Whether the task ended is read before the log, so that a task
 		// that ends meanwhile is not reported done before its last output
 		// was read.
-		done := r.taskDone(task)
+		done := tl.Done()
 		data, next, eof, err := readLogChunk(path, pos, fromEnd, limit)
 		if err != nil {
-			return structs.Wrap(err, "reading the %s of task %q of allocation %q", logType, task, r.id)
+			return structs.Wrap(err, "reading the %s of task %q of allocation %q", logType, task, args.AllocID)
 		}
 		pos, fromEnd = next, false
 		left := time.Until(deadline)
@@ -137,47 +132,4 @@ func readLogChunk(path string, pos int64, fromEnd bool, limit int) (data []byte,
 	data = data[:got]
 	next = pos + int64(got)
 	return data, next, next >= size, nil
-}
-
-// logTask resolves the task a logs request names: the named one, which must
-// be one of the group's, or the group's only task.
-func (r *allocRunner) logTask(name string) (string, error) {
-	r.mu.Lock()
-	group := r.rec.Group
-	r.mu.Unlock()
-	if group == nil {
-		return "", structs.ErrNotFound("allocation %q: its task group is unknown on this node", r.id)
-	}
-	var names []string
-	for _, t := range group.Tasks {
-		names = append(names, t.Name)
-	}
-	switch {
-	case name != "" && slices.Contains(names, name):
-		return name, nil
-	case name != "":
-		return "", structs.ErrNotFound("allocation %q has no task %q (its tasks: %s)", r.id, name, strings.Join(names, ", "))
-	case len(names) == 1:
-		return names[0], nil
-	}
-	return "", structs.ErrInvalid("allocation %q runs %s; name the task", r.id, taskList(names))
-}
-
-func taskList(names []string) string {
-	if len(names) == 0 {
-		return "no tasks"
-	}
-	return fmt.Sprintf("tasks %s", strings.Join(names, ", "))
-}
-
-// taskDone reports whether the task will write no more output: it ended,
-// or the allocation did (perhaps before the task ever started).
-func (r *allocRunner) taskDone(task string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.rec.Done {
-		return true
-	}
-	t := r.tasks[task]
-	return t != nil && t.State == taskDead
 }

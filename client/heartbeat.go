@@ -130,7 +130,7 @@ func (h *heartbeater) register() error {
 	controllers, nodes := h.c.plugins.Fingerprints()
 	args := &structs.NodeRegisterRequest{Node: h.c.node(controllers, nodes), IntroToken: h.c.config.IntroToken}
 	var reply structs.NodeUpdateResponse
-	if err := h.c.rpc("Node.Register", args, &reply); err != nil {
+	if err := h.c.server.NodeRegister(args, &reply); err != nil {
 		return err
 	}
 	h.accepted(&reply)
@@ -159,7 +159,7 @@ func (h *heartbeater) heartbeat() error {
 		args.CSINodePlugins = nodes
 	}
 	var reply structs.NodeUpdateResponse
-	err := h.c.rpc("Node.UpdateStatus", args, &reply)
+	err := h.c.server.NodeUpdateStatus(args, &reply)
 	if structs.CodeOf(err) == structs.ErrCodeNotFound {
 		h.c.logger.Warn("servers do not know the node; registering again", "node_id", h.c.id.NodeID)
 		h.registered = false

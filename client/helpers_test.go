@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	netrpc "net/rpc"
@@ -75,7 +74,7 @@ func startPlugin(t *testing.T, socket, stateDir, nodeID string) *devplugin.Plugi
 }
 
 // testLogger logs to the test's log and, when buf is set, to buf too.
-func testLogger(t *testing.T, name string, buf *syncBuffer) hclog.Logger {
+func testLogger(t *testing.T, name string, buf *testutil.Buffer) hclog.Logger {
 	var out interface{ Write([]byte) (int, error) } = testWriter{t}
 	if buf != nil {
 		out = multiWriter{testWriter{t}, buf}
@@ -98,24 +97,6 @@ func (m multiWriter) Write(p []byte) (int, error) {
 		w.Write(p)
 	}
 	return len(p), nil
-}
-
-// syncBuffer collects log output for assertions.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // testClient starts a client with short timings; cb may change its config.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/client/clienttest"
 	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/server"
@@ -38,7 +39,7 @@ func newLifecycleEnv(t *testing.T, disable ...string) (*server.Server, *allocEnv
 	e.plugins = []*devplugin.Plugin{p}
 	dir := t.TempDir()
 	e.dataDirs = []string{dir}
-	t.Cleanup(func() { killTasksUnder(t, dir) })
+	t.Cleanup(func() { clienttest.KillTasksUnder(t, dir) })
 	c := e.startClient(0, nil)
 	e.waitNodesHealthy(servers[0], 1)
 	return servers[0], e, c

@@ -50,9 +50,9 @@ const orphanSweepName = "orphaned volume sweep"
 
 // sweepSoon asks the sweep goroutine to look for orphaned volumes; it never
 // blocks, and requests made while one is pending are one.
-func (m *allocManager) sweepSoon() {
+func (c *Client) sweepSoon() {
 	select {
-	case m.sweepNow <- struct{}{}:
+	case c.sweepNow <- struct{}{}:
 	default:
 	}
 }
@@ -61,13 +61,13 @@ func (m *allocManager) sweepSoon() {
 // while candidates are left unresolved, after a pause with backoff. It
 // starts once the node is registered, since the servers it asks know the
 // node's allocations only then.
-func (m *allocManager) sweepOrphans(ctx context.Context) {
+func (c *Client) sweepOrphans(ctx context.Context) {
 	select {
-	case <-m.c.registered:
+	case <-c.registered:
 	case <-ctx.Done():
 		return
 	}
-	cfg := m.c.config
+	cfg := c.config
 	delay := cfg.orphanSweepMin
 	// lastErr is the last error logged of each use, so that a failure
 	// repeated at every retry is logged once at Warn.
@@ -80,10 +80,10 @@ func (m *allocManager) sweepOrphans(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.sweepNow:
+		case <-c.sweepNow:
 		case <-retry:
 		}
-		pending := m.sweep(ctx, lastErr)
+		pending := c.sweep(ctx, lastErr)
 		if ctx.Err() != nil {
 			return
 		}
@@ -100,8 +100,8 @@ func (m *allocManager) sweepOrphans(ctx context.Context) {
 
 // sweep looks at every candidate use once and reports whether some are
 // left unresolved (the servers hold a claim still, or a step failed).
-func (m *allocManager) sweep(ctx context.Context, lastErr map[string]string) (pending bool) {
-	candidates := m.orphanCandidates()
+func (c *Client) sweep(ctx context.Context, lastErr map[string]string) (pending bool) {
+	candidates := c.orphanCandidates()
 	seen := map[string]bool{}
 	for _, u := range candidates {
 		if ctx.Err() != nil {
@@ -109,7 +109,7 @@ func (m *allocManager) sweep(ctx context.Context, lastErr map[string]string) (pe
 		}
 		key := u.AllocID + "\x00" + u.VolumeID
 		seen[key] = true
-		log := m.logger.With("alloc_id", u.AllocID, "volume_id", u.VolumeID, "namespace", u.Namespace, "plugin_id", u.PluginID)
+		log := c.logger.Named("allocs").With("alloc_id", u.AllocID, "volume_id", u.VolumeID, "namespace", u.Namespace, "plugin_id", u.PluginID)
 		fail := func(msg string, err error) {
 			pending = true
 			if err.Error() != lastErr[key] {
@@ -119,7 +119,7 @@ func (m *allocManager) sweep(ctx context.Context, lastErr map[string]string) (pe
 				log.Debug(msg, "error", err)
 			}
 		}
-		released, err := m.releasedByServers(u)
+		released, err := c.releasedByServers(u)
 		if err != nil {
 			fail("cannot ask the servers whether they released an ended allocation's volume; retrying later", err)
 			continue
@@ -130,7 +130,7 @@ func (m *allocManager) sweep(ctx context.Context, lastErr map[string]string) (pe
 			pending = true
 			continue
 		}
-		detached, err := (&ClientCSI{c: m.c}).nodeDetach(m.c.ctx, orphanSweepName, &nodeDetachRequest{
+		detached, err := (&ClientCSI{c: c}).nodeDetach(c.ctx, orphanSweepName, &nodeDetachRequest{
 			VolumeUsage: u, recorded: true, onlyRecorded: true,
 		})
 		if err != nil {
@@ -155,10 +155,10 @@ func (m *allocManager) sweep(ctx context.Context, lastErr map[string]string) (pe
 // longer runs here: its runner ended, or it has none. Those of an
 // allocation that still sets up or runs are released by the servers once
 // it ends, and are never the sweep's.
-func (m *allocManager) orphanCandidates() []state.VolumeUsage {
+func (c *Client) orphanCandidates() []state.VolumeUsage {
 	var out []state.VolumeUsage
-	for _, u := range m.c.usage.All() {
-		if m.checkDetach(u.AllocID) == nil {
+	for _, u := range c.usage.All() {
+		if c.allocs.CheckDetach(u.AllocID) == nil {
 			out = append(out, u)
 		}
 	}
@@ -167,7 +167,7 @@ func (m *allocManager) orphanCandidates() []state.VolumeUsage {
 
 // releasedByServers asks the leader whether the servers are done with the
 // allocation's claim on the volume.
-func (m *allocManager) releasedByServers(u state.VolumeUsage) (bool, error) {
+func (c *Client) releasedByServers(u state.VolumeUsage) (bool, error) {
 	args := &structs.CSIVolumeGetRequest{ID: u.VolumeID}
 	args.Namespace = u.Namespace
 	// The leader's answer: a follower's state may not have seen the claim
@@ -175,9 +175,9 @@ func (m *allocManager) releasedByServers(u state.VolumeUsage) (bool, error) {
 	args.AllowStale = false
 	// Where ACLs are on, the node's secret is its token: the servers then
 	// show it the volumes it holds claims on.
-	args.AuthToken = m.c.id.SecretID
+	args.AuthToken = c.id.SecretID
 	var reply structs.CSIVolumeGetResponse
-	err := m.c.rpc("CSIVolume.Get", args, &reply)
+	err := c.server.CSIVolumeGet(args, &reply)
 	return claimReleased(u.AllocID, reply.Volume, err)
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/shoenig/test/must"
 	"google.golang.org/grpc/codes"
 
+	"github.com/volplane/volplane/client/allocrunner"
 	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/server"
@@ -31,7 +32,7 @@ type lostAlloc struct {
 	// victim before it went away.
 	ext   string
 	usage state.VolumeUsage
-	shim  TaskState
+	shim  allocrunner.TaskState
 	// lostAt is a time after which the victim's node was never called for
 	// the volume.
 	lostAt time.Time
@@ -95,7 +96,7 @@ func newLostAlloc(t *testing.T, volID string, prepare func(*allocEnv)) *lostAllo
 }
 
 // restart starts the victim client again, logging to logs as well.
-func (l *lostAlloc) restart(t *testing.T, logs *syncBuffer) *Client {
+func (l *lostAlloc) restart(t *testing.T, logs *testutil.Buffer) *Client {
 	t.Helper()
 	return l.e.startClient(l.victim, func(cfg *Config) { cfg.Logger = testLogger(t, cfg.NodeName, logs) })
 }
@@ -106,7 +107,7 @@ func (l *lostAlloc) waitStopped(t *testing.T, c *Client) {
 	t.Helper()
 	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
 		st, _ := c.AllocState(l.alloc.ID)
-		return st.ClientStatus == structs.AllocClientStatusComplete && st.Tasks["t"].State == taskDead,
+		return st.ClientStatus == structs.AllocClientStatusComplete && st.Tasks["t"].State == state.TaskDead,
 			fmt.Errorf("allocation is %+v", st)
 	})
 }
@@ -142,7 +143,7 @@ func TestOrphanSweep_PastClaimKeepsVolume(t *testing.T) {
 	must.Eq(t, structs.CSIVolumeClaimStateNodeDetached, claim.State)
 	must.StrContains(t, claim.Note, "node step skipped")
 
-	var logs syncBuffer
+	var logs testutil.Buffer
 	c := l.restart(t, &logs)
 	l.waitStopped(t, c)
 	// The sweep looks several times (after the end of the allocation,

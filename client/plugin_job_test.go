@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/client/clienttest"
 	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/server"
 	"github.com/volplane/volplane/structs"
@@ -80,7 +81,7 @@ func pluginJobClient(t *testing.T) (*server.Server, *Client) {
 	t.Helper()
 	srv := testCluster(t, 1)[0]
 	dir := socketDir(t)
-	t.Cleanup(func() { killTasksUnder(t, dir) })
+	t.Cleanup(func() { clienttest.KillTasksUnder(t, dir) })
 	return srv, startPluginJobClient(t, srv, dir)
 }
 

@@ -41,31 +41,31 @@ func NewTaskPaths(allocDir, task string) TaskPaths {
 // Start starts a task's shim in a process group of its own and returns
 // its identity. A command that cannot be found fails here, before any
 // process is started. shimExe is the agent's executable.
-func Start(shimExe string, task *structs.Task, paths TaskPaths, env []string) (ProcessID, error) {
+func Start(shimExe string, task *structs.Task, paths TaskPaths, env []string) (state.ProcessID, error) {
 	if task.Driver != "exec" {
-		return ProcessID{}, fmt.Errorf("driver %q is not supported (only exec is)", task.Driver)
+		return state.ProcessID{}, fmt.Errorf("driver %q is not supported (only exec is)", task.Driver)
 	}
 	if task.Config.Command == "" {
-		return ProcessID{}, errors.New("exec: no command")
+		return state.ProcessID{}, errors.New("exec: no command")
 	}
 	// The task's PATH is the agent's (taskEnv keeps it), so LookPath in
 	// the agent finds what the shim would.
 	command, err := exec.LookPath(task.Config.Command)
 	if err != nil {
-		return ProcessID{}, err
+		return state.ProcessID{}, err
 	}
 	if shimExe == "" {
-		return ProcessID{}, errors.New("the client agent does not know its own executable, which supervises tasks")
+		return state.ProcessID{}, errors.New("the client agent does not know its own executable, which supervises tasks")
 	}
 	for _, dir := range []string{paths.Dir, filepath.Dir(paths.Stdout), filepath.Dir(paths.Spec)} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return ProcessID{}, err
+			return state.ProcessID{}, err
 		}
 	}
 	// Left by an earlier start, they would be taken for this one's.
 	for _, f := range []string{paths.PIDFile, paths.ExitFile} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return ProcessID{}, err
+			return state.ProcessID{}, err
 		}
 	}
 	spec, err := json.Marshal(&shimSpec{
@@ -73,19 +73,19 @@ func Start(shimExe string, task *structs.Task, paths TaskPaths, env []string) (P
 		Stdout: paths.Stdout, Stderr: paths.Stderr, PIDFile: paths.PIDFile, ExitFile: paths.ExitFile,
 	})
 	if err != nil {
-		return ProcessID{}, err
+		return state.ProcessID{}, err
 	}
 	if err := state.WriteFileAtomic(paths.Spec, spec); err != nil {
-		return ProcessID{}, err
+		return state.ProcessID{}, err
 	}
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
-		return ProcessID{}, err
+		return state.ProcessID{}, err
 	}
 	defer devNull.Close()
 	shimLog, err := os.OpenFile(paths.ShimLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return ProcessID{}, err
+		return state.ProcessID{}, err
 	}
 	defer shimLog.Close()
 	shimEnv := append(os.Environ(), taskShimEnv+"="+paths.Spec)
@@ -99,7 +99,7 @@ func Start(shimExe string, task *structs.Task, paths TaskPaths, env []string) (P
 		Sys: &syscall.SysProcAttr{Setpgid: true},
 	})
 	if err != nil {
-		return ProcessID{}, fmt.Errorf("starting its supervisor: %w", err)
+		return state.ProcessID{}, fmt.Errorf("starting its supervisor: %w", err)
 	}
 	pid := proc.Pid
 	// The shim is reaped with wait4 by PID (see Ended); the handle is
@@ -109,7 +109,7 @@ func Start(shimExe string, task *structs.Task, paths TaskPaths, env []string) (P
 	if err != nil {
 		// It is gone already (or /proc cannot say): wait4 or the exit file
 		// tells how it ended.
-		return ProcessID{PID: pid, BootID: bootID()}, nil
+		return state.ProcessID{PID: pid, BootID: bootID()}, nil
 	}
 	// The shim writes the same as it starts, which takes a moment; written
 	// here too, an agent stopped right after this start finds the task.
@@ -125,11 +125,11 @@ func Start(shimExe string, task *structs.Task, paths TaskPaths, env []string) (P
 // same process, as tests do, finds its earlier shims among its children).
 // The group is killed only while the shim is a zombie: its PID is then
 // still taken, so the group cannot be anyone else's.
-func Ended(p ProcessID) bool {
+func Ended(p state.ProcessID) bool {
 	if p.PID <= 0 {
 		return true
 	}
-	if p.StartTicks != 0 && p.Alive() {
+	if p.StartTicks != 0 && Alive(p) {
 		return false
 	}
 	if p.StartTicks == 0 && PIDExists(p.PID) && !IsZombie(p.PID) {
@@ -153,7 +153,7 @@ func PIDExists(pid int) bool {
 // Signal sends sig to the task's process group. The group is the
 // shim's PID, which cannot be reused while any member of the group lives;
 // a group that is gone is not an error.
-func Signal(p ProcessID, sig syscall.Signal) error {
+func Signal(p state.ProcessID, sig syscall.Signal) error {
 	if p.PID <= 0 {
 		return nil
 	}
@@ -165,12 +165,12 @@ func Signal(p ProcessID, sig syscall.Signal) error {
 }
 
 // ReadExit reads the exit file a task's shim wrote, if it did.
-func ReadExit(paths TaskPaths) (*TaskExit, error) {
+func ReadExit(paths TaskPaths) (*state.TaskExit, error) {
 	buf, err := os.ReadFile(paths.ExitFile)
 	if err != nil {
 		return nil, err
 	}
-	var e TaskExit
+	var e state.TaskExit
 	if err := json.Unmarshal(buf, &e); err != nil {
 		return nil, fmt.Errorf("exit file %s: %w", paths.ExitFile, err)
 	}
@@ -178,14 +178,14 @@ func ReadExit(paths TaskPaths) (*TaskExit, error) {
 }
 
 // ReadPIDFile reads the identity a task's shim recorded as it started.
-func ReadPIDFile(paths TaskPaths) (ProcessID, bool) {
+func ReadPIDFile(paths TaskPaths) (state.ProcessID, bool) {
 	buf, err := os.ReadFile(paths.PIDFile)
 	if err != nil {
-		return ProcessID{}, false
+		return state.ProcessID{}, false
 	}
-	var p ProcessID
+	var p state.ProcessID
 	if json.Unmarshal(buf, &p) != nil || p.PID <= 0 {
-		return ProcessID{}, false
+		return state.ProcessID{}, false
 	}
 	return p, true
 }

@@ -61,42 +61,21 @@ type shimSpec struct {
 	ExitFile string
 }
 
-// TaskExit is how a task ended, as its shim recorded it.
-type TaskExit struct {
-	// ExitCode is the command's exit status; -1 when a signal killed it.
-	ExitCode int
-	// Signal names the signal that killed the command, if one did.
-	Signal string `json:",omitempty"`
-	// StartError says why the command could not be started.
-	StartError string `json:",omitempty"`
-	FinishedAt int64
-}
-
-// ProcessID identifies a process across restarts of the agent: a PID alone
-// may have been reused, so its start time (in clock ticks since boot), its
-// argv[0] and the boot it was seen in must match too.
-type ProcessID struct {
-	PID        int
-	StartTicks uint64
-	Argv0      string
-	BootID     string
-}
-
 // identifyProcess returns the identity of the live process pid.
-func identifyProcess(pid int) (ProcessID, error) {
+func identifyProcess(pid int) (state.ProcessID, error) {
 	ticks, argv0, alive, err := procInfo(pid)
 	if err != nil {
-		return ProcessID{}, err
+		return state.ProcessID{}, err
 	}
 	if !alive {
-		return ProcessID{}, fmt.Errorf("process %d is not running", pid)
+		return state.ProcessID{}, fmt.Errorf("process %d is not running", pid)
 	}
-	return ProcessID{PID: pid, StartTicks: ticks, Argv0: argv0, BootID: bootID()}, nil
+	return state.ProcessID{PID: pid, StartTicks: ticks, Argv0: argv0, BootID: bootID()}, nil
 }
 
 // Alive reports whether the process p identifies still runs (a zombie
 // does not).
-func (p ProcessID) Alive() bool {
+func Alive(p state.ProcessID) bool {
 	if p.PID <= 0 {
 		return false
 	}
@@ -155,15 +134,15 @@ func runTaskShim(specPath string) int {
 }
 
 // runShimCommand runs the task's command to its end.
-func runShimCommand(spec *shimSpec) TaskExit {
+func runShimCommand(spec *shimSpec) state.TaskExit {
 	stdout, err := os.OpenFile(spec.Stdout, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return TaskExit{ExitCode: -1, StartError: fmt.Sprintf("opening its stdout: %v", err)}
+		return state.TaskExit{ExitCode: -1, StartError: fmt.Sprintf("opening its stdout: %v", err)}
 	}
 	defer stdout.Close()
 	stderr, err := os.OpenFile(spec.Stderr, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return TaskExit{ExitCode: -1, StartError: fmt.Sprintf("opening its stderr: %v", err)}
+		return state.TaskExit{ExitCode: -1, StartError: fmt.Sprintf("opening its stderr: %v", err)}
 	}
 	defer stderr.Close()
 
@@ -171,20 +150,20 @@ func runShimCommand(spec *shimSpec) TaskExit {
 	cmd.Env, cmd.Dir = spec.Env, spec.Dir
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
-		return TaskExit{ExitCode: -1, StartError: err.Error()}
+		return state.TaskExit{ExitCode: -1, StartError: err.Error()}
 	}
 	err = cmd.Wait()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
-		return TaskExit{}
+		return state.TaskExit{}
 	case errors.As(err, &ee):
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return TaskExit{ExitCode: -1, Signal: SignalName(ws.Signal())}
+			return state.TaskExit{ExitCode: -1, Signal: SignalName(ws.Signal())}
 		}
-		return TaskExit{ExitCode: ee.ExitCode()}
+		return state.TaskExit{ExitCode: ee.ExitCode()}
 	default:
-		return TaskExit{ExitCode: -1, StartError: err.Error()}
+		return state.TaskExit{ExitCode: -1, StartError: err.Error()}
 	}
 }
 

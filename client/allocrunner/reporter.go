@@ -1,4 +1,4 @@
-package client
+package allocrunner
 
 import (
 	"cmp"
@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -23,7 +22,7 @@ const reportBatch = 64
 // it is back, and nothing is lost: an update stays pending until a server
 // accepted it.
 type allocReporter struct {
-	c      *Client
+	cfg    *Config
 	logger hclog.Logger
 	// acked is told of every update a server accepted; gone is set when the
 	// servers no longer know the allocation.
@@ -40,9 +39,9 @@ type pendingUpdate struct {
 	seq uint64
 }
 
-func newAllocReporter(c *Client, acked func(*structs.AllocClientUpdate, bool)) *allocReporter {
+func newAllocReporter(cfg *Config, logger hclog.Logger, acked func(*structs.AllocClientUpdate, bool)) *allocReporter {
 	return &allocReporter{
-		c: c, logger: c.logger.Named("alloc-reporter"), acked: acked,
+		cfg: cfg, logger: logger, acked: acked,
 		pending: map[string]*pendingUpdate{}, wake: make(chan struct{}, 1),
 	}
 }
@@ -90,11 +89,11 @@ func (r *allocReporter) done(batch []*pendingUpdate, gone bool) {
 // the servers authenticate the updates by the node's secret.
 func (r *allocReporter) run(ctx context.Context) {
 	select {
-	case <-r.c.registered:
+	case <-r.cfg.Registered:
 	case <-ctx.Done():
 		return
 	}
-	retry := retryMin
+	retry := r.cfg.ServerRetryMin
 	var lastErr string
 	for {
 		batch := r.take()
@@ -110,7 +109,7 @@ func (r *allocReporter) run(ctx context.Context) {
 		switch {
 		case err == nil:
 			r.done(batch, false)
-			retry, lastErr = retryMin, ""
+			retry, lastErr = r.cfg.ServerRetryMin, ""
 			continue
 		case ctx.Err() != nil:
 			return
@@ -118,7 +117,7 @@ func (r *allocReporter) run(ctx context.Context) {
 			// One of the allocations is unknown or the update invalid:
 			// send them one by one, so the others get through.
 			if r.sendEach(batch) {
-				retry, lastErr = retryMin, ""
+				retry, lastErr = r.cfg.ServerRetryMin, ""
 				continue
 			}
 		default:
@@ -129,14 +128,10 @@ func (r *allocReporter) run(ctx context.Context) {
 				r.logger.Debug("reporting allocation status failed again", "error", err)
 			}
 		}
-		t := time.NewTimer(retry)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx, retry) {
 			return
-		case <-t.C:
 		}
-		retry = min(retry*2, r.c.config.serverRetryMax)
+		retry = min(retry*2, r.cfg.ServerRetryMax)
 	}
 }
 
@@ -160,12 +155,12 @@ func (r *allocReporter) sendEach(batch []*pendingUpdate) bool {
 }
 
 func (r *allocReporter) send(batch []*pendingUpdate) error {
-	args := &structs.NodeUpdateAllocRequest{NodeID: r.c.id.NodeID, SecretID: r.c.id.SecretID}
+	args := &structs.NodeUpdateAllocRequest{NodeID: r.cfg.NodeID, SecretID: r.cfg.SecretID}
 	for _, p := range batch {
 		args.Allocs = append(args.Allocs, p.u)
 	}
 	var reply structs.GenericResponse
-	return r.c.rpc("Node.UpdateAlloc", args, &reply)
+	return r.cfg.Servers.NodeUpdateAlloc(args, &reply)
 }
 
 // updateRefused reports whether the servers refused an update for what it

@@ -1,4 +1,4 @@
-package client
+package allocrunner
 
 import (
 	"crypto/sha256"
@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/volplane/volplane/client/execdriver"
+	"github.com/volplane/volplane/client/csimanager"
 	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
@@ -86,8 +86,8 @@ type pluginTask struct {
 // when a socket there would have a longer path than a unix socket may, a
 // directory named after it in the system's temporary directory (made
 // private to the agent by preparePluginTask).
-func (c *Client) pluginDir(allocID, task string) string {
-	dir := filepath.Join(c.config.DataDir, state.CSIDir, "plugins", state.Segment(allocID), state.Segment(task))
+func (m *Manager) pluginDir(allocID, task string) string {
+	dir := filepath.Join(m.cfg.DataDir, state.CSIDir, "plugins", state.Segment(allocID), state.Segment(task))
 	if len(filepath.Join(dir, pluginSocketName)) <= maxSocketPath {
 		return dir
 	}
@@ -108,7 +108,7 @@ func (r *allocRunner) pluginTaskFor(task *structs.Task) *pluginTask {
 	}
 	p := r.plugins[task.Name]
 	if p == nil {
-		dir := r.m.c.pluginDir(r.id, task.Name)
+		dir := r.m.pluginDir(r.id, task.Name)
 		p = &pluginTask{
 			cfg: task.CSIPluginConfig, dir: dir, socket: filepath.Join(dir, pluginSocketName),
 			key: "alloc:" + r.id + "/" + task.Name,
@@ -162,7 +162,7 @@ func (r *allocRunner) supervisePlugins(now time.Time) {
 			continue
 		}
 		t := r.task(task.Name)
-		if t.State != taskRunning || t.Stopping {
+		if t.State != state.TaskRunning || t.Stopping {
 			continue
 		}
 		p.mu.Lock()
@@ -189,7 +189,7 @@ func (r *allocRunner) supervisePlugins(now time.Time) {
 			reason = fmt.Sprintf("CSI plugin did not become healthy before configured %v health timeout", p.cfg.HealthTimeout)
 		}
 		r.logger.Warn("plugin task failed its health timeout; killing it", "task", task.Name, "plugin_id", p.cfg.ID, "reason", reason)
-		t = r.updateTask(task.Name, func(t *taskRecord) {
+		t = r.updateTask(task.Name, func(t *state.TaskRecord) {
 			t.FailReason = reason
 			t.Events = structs.AppendTaskEvent(t.Events, structs.NewTaskEvent(structs.TaskPluginUnhealthy, now.UnixNano()).
 				SetMessage("Error: "+reason))
@@ -202,8 +202,8 @@ func (r *allocRunner) supervisePlugins(now time.Time) {
 // registerPlugin registers a plugin task's instance with the plugin
 // manager; its health changes become the task's events.
 func (r *allocRunner) registerPlugin(name string, p *pluginTask) {
-	pc := PluginConfig{ID: p.cfg.ID, Endpoint: "unix://" + p.socket, Type: p.cfg.Type, AllocID: r.id}
-	err := r.m.c.plugins.Register(p.key, pc, func(healthy bool, reason string) {
+	pc := csimanager.PluginConfig{ID: p.cfg.ID, Endpoint: "unix://" + p.socket, Type: p.cfg.Type, AllocID: r.id}
+	err := r.m.cfg.Plugins.Register(p.key, pc, func(healthy bool, reason string) {
 		r.pluginHealthChanged(name, p, healthy, reason)
 	})
 	if err != nil {
@@ -236,7 +236,7 @@ func (r *allocRunner) pluginHealthChanged(name string, p *pluginTask, healthy bo
 
 // event appends an event to a task's record and reports it.
 func (r *allocRunner) event(name string, ev *structs.TaskEvent) {
-	r.updateTask(name, func(t *taskRecord) { t.Events = structs.AppendTaskEvent(t.Events, ev) })
+	r.updateTask(name, func(t *state.TaskRecord) { t.Events = structs.AppendTaskEvent(t.Events, ev) })
 	r.report()
 }
 
@@ -244,7 +244,7 @@ func (r *allocRunner) event(name string, ev *structs.TaskEvent) {
 // reported unhealthy at once; the task is restarted with backoff when it
 // died on its own and the policy allows it (true is returned), otherwise
 // its instance is deregistered.
-func (r *allocRunner) pluginTaskEnded(task *structs.Task, t taskRecord) bool {
+func (r *allocRunner) pluginTaskEnded(task *structs.Task, t state.TaskRecord) bool {
 	p := r.pluginTaskFor(task)
 	if p == nil {
 		return false
@@ -252,9 +252,9 @@ func (r *allocRunner) pluginTaskEnded(task *structs.Task, t taskRecord) bool {
 	now := time.Now()
 	restart := !t.Stopping && t.FailReason == "" && !r.stopped() && (t.Exit == nil || t.Exit.StartError == "")
 	if restart {
-		r.m.c.plugins.MarkUnhealthy(p.key, "plugin task exited: "+t.Description)
+		r.m.cfg.Plugins.MarkUnhealthy(p.key, "plugin task exited: "+t.Description)
 		var delay time.Duration
-		t = r.updateTask(task.Name, func(t *taskRecord) {
+		t = r.updateTask(task.Name, func(t *state.TaskRecord) {
 			// Restarts within the policy's interval count against it.
 			var recent []int64
 			for _, at := range t.RestartTimes {
@@ -271,10 +271,10 @@ func (r *allocRunner) pluginTaskEnded(task *structs.Task, t taskRecord) bool {
 					SetDetail("fails_task", "true"))
 				return
 			}
-			delay = r.m.c.config.TaskRestartDelay << len(recent)
+			delay = r.m.cfg.TaskRestartDelay << len(recent)
 			t.RestartTimes = append(t.RestartTimes, now.UnixNano())
 			t.Restarts++
-			t.State, t.Failed, t.Stopping = taskPending, false, false
+			t.State, t.Failed, t.Stopping = state.TaskPending, false, false
 			t.RestartAt = now.Add(delay).UnixNano()
 			t.Events = structs.AppendTaskEvent(t.Events, structs.NewTaskEvent(structs.TaskRestarting, now.UnixNano()).
 				SetDetail("start_delay", delay.String()).SetDetail("restart_reason", structs.ReasonWithinPolicy))
@@ -298,7 +298,7 @@ func (r *allocRunner) deregisterPlugin(p *pluginTask) {
 	p.registered = false
 	p.mu.Unlock()
 	if registered {
-		r.m.c.plugins.Deregister(p.key)
+		r.m.cfg.Plugins.Deregister(p.key)
 	}
 	// The task is dead for good: its socket directory goes too.
 	if err := os.RemoveAll(p.dir); err != nil {
@@ -321,7 +321,7 @@ func (r *allocRunner) deregisterPlugins() {
 }
 
 // exitDetails annotates a Terminated event as Nomad does.
-func exitDetails(ev *structs.TaskEvent, exit *execdriver.TaskExit) *structs.TaskEvent {
+func exitDetails(ev *structs.TaskEvent, exit *state.TaskExit) *structs.TaskEvent {
 	if exit == nil {
 		return ev.SetMessage("ended without an exit status")
 	}

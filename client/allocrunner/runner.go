@@ -1,4 +1,4 @@
-package client
+package allocrunner
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/volplane/volplane/client/execdriver"
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -34,7 +35,7 @@ const (
 // reports each change. Its goroutine (run) is the only writer of its
 // records; others read them under mu.
 type allocRunner struct {
-	m      *allocManager
+	m      *Manager
 	id     string
 	logger hclog.Logger
 	// stopCh is closed once the allocation is asked to stop.
@@ -42,9 +43,9 @@ type allocRunner struct {
 	stopOnce sync.Once
 
 	mu    sync.Mutex
-	rec   *allocRecord
-	vols  map[string]*volumeRecord
-	tasks map[string]*taskRecord
+	rec   *state.AllocRecord
+	vols  map[string]*state.VolumeRecord
+	tasks map[string]*state.TaskRecord
 	// gone is set once the servers no longer list the allocation.
 	gone bool
 	// plugins are the supervisor's records of its plugin tasks, by task
@@ -52,12 +53,12 @@ type allocRunner struct {
 	plugins map[string]*pluginTask
 }
 
-func newAllocRunner(m *allocManager, rec *allocRecord, vols map[string]*volumeRecord, tasks map[string]*taskRecord) *allocRunner {
+func newAllocRunner(m *Manager, rec *state.AllocRecord, vols map[string]*state.VolumeRecord, tasks map[string]*state.TaskRecord) *allocRunner {
 	if vols == nil {
-		vols = map[string]*volumeRecord{}
+		vols = map[string]*state.VolumeRecord{}
 	}
 	if tasks == nil {
-		tasks = map[string]*taskRecord{}
+		tasks = map[string]*state.TaskRecord{}
 	}
 	r := &allocRunner{
 		m: m, id: rec.ID, rec: rec, vols: vols, tasks: tasks,
@@ -174,7 +175,7 @@ func (r *allocRunner) stopReason() string {
 // startTasks starts the tasks that have not started, and takes over those
 // that run from an earlier start of the agent.
 func (r *allocRunner) startTasks() {
-	allocDir := r.m.c.allocDir(r.id)
+	allocDir := r.m.allocDir(r.id)
 	targets := r.publishedTargets()
 	// Once a task could not start, or the allocation is stopping, the
 	// tasks not started yet are not: they would only be killed.
@@ -183,20 +184,20 @@ func (r *allocRunner) startTasks() {
 		paths := execdriver.NewTaskPaths(allocDir, task.Name)
 		t := r.task(task.Name)
 		switch t.State {
-		case taskDead:
+		case state.TaskDead:
 			continue
-		case taskRunning:
+		case state.TaskRunning:
 			// Running from before the agent restarted. One that ended
 			// meanwhile is collected by the first poll.
-			if t.Process.Alive() {
+			if execdriver.Alive(t.Process) {
 				r.logger.Info("task still running from before the agent restarted; supervising it", "task", t.Name, "pid", t.Process.PID)
 			}
 			continue
 		}
 		// Pending. A shim may have started it before the agent could
 		// record so (the agent stopped, or its state file was lost).
-		if p, ok := execdriver.ReadPIDFile(paths); ok && p.Alive() {
-			r.updateTask(t.Name, func(t *taskRecord) { t.State, t.Process = taskRunning, p })
+		if p, ok := execdriver.ReadPIDFile(paths); ok && execdriver.Alive(p) {
+			r.updateTask(t.Name, func(t *state.TaskRecord) { t.State, t.Process = state.TaskRunning, p })
 			r.logger.Info("task found running from an earlier start; supervising it", "task", t.Name, "pid", p.PID)
 			continue
 		}
@@ -206,7 +207,7 @@ func (r *allocRunner) startTasks() {
 			continue
 		}
 		if exit, err := execdriver.ReadExit(paths); err == nil {
-			t = r.updateTask(t.Name, func(t *taskRecord) { judgeExit(t, exit) })
+			t = r.updateTask(t.Name, func(t *state.TaskRecord) { judgeExit(t, exit) })
 			r.logger.Info("task ended before the agent could record it", "task", t.Name, "outcome", t.Description)
 			continue
 		}
@@ -214,8 +215,8 @@ func (r *allocRunner) startTasks() {
 			abandon = "the allocation is stopping"
 		}
 		if abandon != "" {
-			r.updateTask(t.Name, func(t *taskRecord) {
-				t.State, t.Description = taskDead, fmt.Sprintf("task %s: not started: %s", task.Name, abandon)
+			r.updateTask(t.Name, func(t *state.TaskRecord) {
+				t.State, t.Description = state.TaskDead, fmt.Sprintf("task %s: not started: %s", task.Name, abandon)
 			})
 			continue
 		}
@@ -234,7 +235,7 @@ func (r *allocRunner) startTask(task *structs.Task, paths execdriver.TaskPaths, 
 	env := taskEnv(r.rec, task.Name, paths, allocDir, targets)
 	// The node's identity, as Nomad's node attributes: a plugin task
 	// names its node by it (the development plugin's default node ID).
-	env = append(env, "VOLPLANE_NODE_ID="+r.m.c.id.NodeID, "VOLPLANE_NODE_NAME="+r.m.c.config.NodeName)
+	env = append(env, "VOLPLANE_NODE_ID="+r.m.cfg.NodeID, "VOLPLANE_NODE_NAME="+r.m.cfg.NodeName)
 	p := r.pluginTaskFor(task)
 	var err error
 	if p != nil {
@@ -243,14 +244,14 @@ func (r *allocRunner) startTask(task *structs.Task, paths execdriver.TaskPaths, 
 			env = append(env, endpoint)
 		}
 	}
-	var proc execdriver.ProcessID
+	var proc state.ProcessID
 	if err == nil {
 		proc, err = execdriver.Start(r.m.shimExe, task, paths, env)
 	}
 	now := time.Now()
 	if err != nil {
-		r.updateTask(task.Name, func(t *taskRecord) {
-			t.State, t.Failed, t.Description = taskDead, true, fmt.Sprintf("task %s: %v", task.Name, err)
+		r.updateTask(task.Name, func(t *state.TaskRecord) {
+			t.State, t.Failed, t.Description = state.TaskDead, true, fmt.Sprintf("task %s: %v", task.Name, err)
 			t.Events = structs.AppendTaskEvent(t.Events, structs.NewTaskEvent(structs.TaskDriverFailure, now.UnixNano()).SetMessage(err.Error()))
 		})
 		r.logger.Warn("task could not be started", "task", task.Name, "error", err)
@@ -260,8 +261,8 @@ func (r *allocRunner) startTask(task *structs.Task, paths execdriver.TaskPaths, 
 	if p != nil {
 		p.started(now)
 	}
-	r.updateTask(task.Name, func(t *taskRecord) {
-		t.State, t.Process, t.StartedAt, t.RestartAt = taskRunning, proc, now.UnixNano(), 0
+	r.updateTask(task.Name, func(t *state.TaskRecord) {
+		t.State, t.Process, t.StartedAt, t.RestartAt = state.TaskRunning, proc, now.UnixNano(), 0
 		t.Events = structs.AppendTaskEvent(t.Events, structs.NewTaskEvent(structs.TaskStarted, now.UnixNano()))
 	})
 	r.logger.Info("task started", "task", task.Name, "pid", proc.PID, "command", task.Config.Command)
@@ -271,16 +272,16 @@ func (r *allocRunner) startTask(task *structs.Task, paths execdriver.TaskPaths, 
 // restartDue starts again the tasks whose restart delay passed; a stop
 // cancels pending restarts.
 func (r *allocRunner) restartDue(now time.Time) {
-	allocDir := r.m.c.allocDir(r.id)
+	allocDir := r.m.allocDir(r.id)
 	var targets map[string]string
 	for _, task := range r.rec.Group.Tasks {
 		t := r.task(task.Name)
-		if t.State != taskPending || t.RestartAt == 0 {
+		if t.State != state.TaskPending || t.RestartAt == 0 {
 			continue
 		}
 		if r.stopped() {
-			r.updateTask(task.Name, func(t *taskRecord) {
-				t.State, t.RestartAt = taskDead, 0
+			r.updateTask(task.Name, func(t *state.TaskRecord) {
+				t.State, t.RestartAt = state.TaskDead, 0
 				t.Description = fmt.Sprintf("task %s: not restarted: the allocation is stopping", task.Name)
 			})
 			r.deregisterPlugin(r.pluginTaskFor(task))
@@ -314,28 +315,28 @@ func (r *allocRunner) publishedTargets() map[string]string {
 
 // task returns a copy of the record of a task, pending when there is none
 // yet.
-func (r *allocRunner) task(name string) taskRecord {
+func (r *allocRunner) task(name string) state.TaskRecord {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t := r.tasks[name]; t != nil {
 		return *t
 	}
-	return taskRecord{Name: name, State: taskPending}
+	return state.TaskRecord{Name: name, State: state.TaskPending}
 }
 
 // updateTask changes a task's record with f, persists it and returns a
 // copy.
-func (r *allocRunner) updateTask(name string, f func(t *taskRecord)) taskRecord {
+func (r *allocRunner) updateTask(name string, f func(t *state.TaskRecord)) state.TaskRecord {
 	r.mu.Lock()
 	t := r.tasks[name]
 	if t == nil {
-		t = &taskRecord{Name: name, State: taskPending}
+		t = &state.TaskRecord{Name: name, State: state.TaskPending}
 		r.tasks[name] = t
 	}
 	f(t)
 	c := *t
 	r.mu.Unlock()
-	r.persist(false, nil, []*taskRecord{&c})
+	r.persist(false, nil, []*state.TaskRecord{&c})
 	return c
 }
 
@@ -343,7 +344,7 @@ func (r *allocRunner) updateTask(name string, f func(t *taskRecord)) taskRecord 
 // stop, makes the others stop too: SIGTERM, then SIGKILL after the kill
 // timeout.
 func (r *allocRunner) supervise(ctx context.Context) {
-	cfg := r.m.c.config
+	cfg := r.m.cfg
 	ticker := time.NewTicker(cfg.TaskPollInterval)
 	defer ticker.Stop()
 	stopCh := r.stopCh
@@ -385,15 +386,15 @@ func (r *allocRunner) supervise(ctx context.Context) {
 // pollTasks collects the end of every task whose shim is gone, and returns
 // the tasks still running and the first one that failed.
 func (r *allocRunner) pollTasks() (live []string, failed string) {
-	allocDir := r.m.c.allocDir(r.id)
+	allocDir := r.m.allocDir(r.id)
 	for _, task := range r.rec.Group.Tasks {
 		t := r.task(task.Name)
-		if t.State == taskRunning && execdriver.Ended(t.Process) {
+		if t.State == state.TaskRunning && execdriver.Ended(t.Process) {
 			// No readable exit file is a nil exit: the shim recorded
 			// nothing, which judgeExit describes.
 			exit, _ := execdriver.ReadExit(execdriver.NewTaskPaths(allocDir, t.Name))
 			now := time.Now().UnixNano()
-			t = r.updateTask(t.Name, func(t *taskRecord) {
+			t = r.updateTask(t.Name, func(t *state.TaskRecord) {
 				judgeExit(t, exit)
 				t.Events = structs.AppendTaskEvent(t.Events, exitDetails(structs.NewTaskEvent(structs.TaskTerminated, now), exit))
 			})
@@ -404,7 +405,7 @@ func (r *allocRunner) pollTasks() (live []string, failed string) {
 			r.report()
 		}
 		switch {
-		case t.State != taskDead:
+		case t.State != state.TaskDead:
 			live = append(live, t.Name)
 		case t.Failed && failed == "":
 			failed = t.Name
@@ -417,15 +418,15 @@ func (r *allocRunner) pollTasks() (live []string, failed string) {
 // client.
 func (r *allocRunner) signal(names []string, sig syscall.Signal) {
 	for _, name := range names {
-		if r.task(name).State != taskRunning {
+		if r.task(name).State != state.TaskRunning {
 			// A task waiting to restart has no process: its old process
 			// group may be someone else's by now.
 			continue
 		}
-		t := r.updateTask(name, func(t *taskRecord) {
+		t := r.updateTask(name, func(t *state.TaskRecord) {
 			if !t.Stopping && sig == syscall.SIGTERM {
 				t.Events = structs.AppendTaskEvent(t.Events, structs.NewTaskEvent(structs.TaskKilling, structs.NowNano()).
-					SetDisplayMessage(fmt.Sprintf("Sent interrupt. Waiting %v before force killing", r.m.c.config.TaskKillTimeout)))
+					SetDisplayMessage(fmt.Sprintf("Sent interrupt. Waiting %v before force killing", r.m.cfg.TaskKillTimeout)))
 			}
 			t.Stopping = true
 		})
@@ -438,7 +439,7 @@ func (r *allocRunner) signal(names []string, sig syscall.Signal) {
 // finishFromTasks ends the allocation once every task ended: failed when a
 // task failed on its own, complete otherwise.
 func (r *allocRunner) finishFromTasks() {
-	var failed *taskRecord
+	var failed *state.TaskRecord
 	stopped := false
 	r.mu.Lock()
 	for _, task := range r.rec.Group.Tasks {
@@ -476,7 +477,7 @@ func (r *allocRunner) finish(status, description string) {
 	r.m.collect()
 	// Its volumes are the servers' to release now, unless they already
 	// did without the node step (the allocation was lost).
-	r.m.sweepSoon()
+	r.m.changed()
 }
 
 // setStatus changes the reported status while the allocation runs.
@@ -557,7 +558,7 @@ func (r *allocRunner) volumeDetached(volumeID string) {
 	}
 	r.mu.Unlock()
 	for _, alias := range aliases {
-		if err := r.m.state.deleteVolume(r.id, alias); err != nil {
+		if err := r.m.state.DeleteVolume(r.id, alias); err != nil {
 			r.logger.Error("forgetting a released volume", "volume_id", volumeID, "error", err)
 		}
 	}
@@ -566,15 +567,15 @@ func (r *allocRunner) volumeDetached(volumeID string) {
 // persist writes the allocation record (when withAlloc) and the given
 // volume and task records. A write that fails is logged: the allocation
 // goes on from memory, and a restart would redo the unrecorded step.
-func (r *allocRunner) persist(withAlloc bool, vols []*volumeRecord, tasks []*taskRecord) {
-	var a *allocRecord
+func (r *allocRunner) persist(withAlloc bool, vols []*state.VolumeRecord, tasks []*state.TaskRecord) {
+	var a *state.AllocRecord
 	if withAlloc {
 		r.mu.Lock()
 		c := *r.rec
 		r.mu.Unlock()
 		a = &c
 	}
-	if err := r.m.state.put(a, vols, tasks, r.id); err != nil {
+	if err := r.m.state.Put(a, vols, tasks, r.id); err != nil {
 		r.logger.Error("recording the allocation's progress failed", "error", err)
 	}
 }
@@ -599,7 +600,7 @@ func (r *allocRunner) snapshot() AllocState {
 
 // taskState is a task's record as the servers see it; nil is a task not
 // started yet.
-func taskState(t *taskRecord) *structs.TaskState {
+func taskState(t *state.TaskRecord) *structs.TaskState {
 	if t == nil {
 		return &structs.TaskState{State: structs.TaskStatePending}
 	}

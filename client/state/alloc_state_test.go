@@ -1,4 +1,4 @@
-package client
+package state
 
 import (
 	"os"
@@ -10,8 +10,8 @@ import (
 	"github.com/shoenig/test/must"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/volplane/volplane/client/execdriver"
 	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/testutil"
 )
 
 // stateFixture writes two allocations, each with a volume and a task, and
@@ -19,37 +19,37 @@ import (
 func stateFixture(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	s, bundles, err := openStateDB(dir, hclog.NewNullLogger())
+	s, bundles, err := OpenDB(dir, hclog.NewNullLogger())
 	must.NoError(t, err)
 	must.MapEmpty(t, bundles)
 	for _, id := range []string{"alloc-1", "alloc-2"} {
-		must.NoError(t, s.put(
-			&allocRecord{ID: id, Name: "j.g[0]", Group: &structs.TaskGroup{Name: "g"}, ClientStatus: structs.AllocClientStatusRunning},
-			[]*volumeRecord{{Alias: "data", VolumeID: "vol-" + id, PluginID: "dev", PublishContext: map[string]string{"k": "v"},
+		must.NoError(t, s.Put(
+			&AllocRecord{ID: id, Name: "j.g[0]", Group: &structs.TaskGroup{Name: "g"}, ClientStatus: structs.AllocClientStatusRunning},
+			[]*VolumeRecord{{Alias: "data", VolumeID: "vol-" + id, PluginID: "dev", PublishContext: map[string]string{"k": "v"},
 				State: structs.AllocVolumeState{Step: structs.AllocVolumeStepPublished}}},
-			[]*taskRecord{{Name: "t", State: taskRunning, Process: execdriver.ProcessID{PID: 42, StartTicks: 7}}},
+			[]*TaskRecord{{Name: "t", State: TaskRunning, Process: ProcessID{PID: 42, StartTicks: 7}}},
 			id))
 	}
-	must.NoError(t, s.close())
+	must.NoError(t, s.Close())
 	return dir
 }
 
 func TestStateDB_RoundTripAndDelete(t *testing.T) {
 	dir := stateFixture(t)
-	s, bundles, err := openStateDB(dir, hclog.NewNullLogger())
+	s, bundles, err := OpenDB(dir, hclog.NewNullLogger())
 	must.NoError(t, err)
 	must.MapLen(t, 2, bundles)
 	b := bundles["alloc-1"]
 	must.Eq(t, "j.g[0]", b.Alloc.Name)
 	must.Eq(t, map[string]string{"k": "v"}, b.Volumes["data"].PublishContext)
-	must.Eq(t, execdriver.ProcessID{PID: 42, StartTicks: 7}, b.Tasks["t"].Process)
+	must.Eq(t, ProcessID{PID: 42, StartTicks: 7}, b.Tasks["t"].Process)
 
-	must.NoError(t, s.deleteVolume("alloc-1", "data"))
-	must.NoError(t, s.deleteAlloc("alloc-2"))
-	must.NoError(t, s.close())
-	s, bundles, err = openStateDB(dir, hclog.NewNullLogger())
+	must.NoError(t, s.DeleteVolume("alloc-1", "data"))
+	must.NoError(t, s.DeleteAlloc("alloc-2"))
+	must.NoError(t, s.Close())
+	s, bundles, err = OpenDB(dir, hclog.NewNullLogger())
 	must.NoError(t, err)
-	defer s.close()
+	defer s.Close()
 	must.MapLen(t, 1, bundles)
 	must.MapEmpty(t, bundles["alloc-1"].Volumes)
 	must.MapLen(t, 1, bundles["alloc-1"].Tasks)
@@ -128,12 +128,12 @@ func TestStateDB_Damaged(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := stateFixture(t)
-			path := filepath.Join(dir, stateFile)
+			path := filepath.Join(dir, DBFile)
 			tc.damage(t, path)
 
-			var logs syncBuffer
+			var logs testutil.Buffer
 			logger := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Debug})
-			s, bundles, err := openStateDB(dir, logger)
+			s, bundles, err := OpenDB(dir, logger)
 			must.NoError(t, err)
 			recovered := 0
 			for _, b := range bundles {
@@ -150,12 +150,12 @@ func TestStateDB_Damaged(t *testing.T) {
 
 			// The file works again, and what was reported is not reported
 			// a second time.
-			must.NoError(t, s.put(&allocRecord{ID: "alloc-3", Group: &structs.TaskGroup{}}, nil, nil, "alloc-3"))
-			must.NoError(t, s.close())
-			var again syncBuffer
-			s, bundles, err = openStateDB(dir, hclog.New(&hclog.LoggerOptions{Output: &again}))
+			must.NoError(t, s.Put(&AllocRecord{ID: "alloc-3", Group: &structs.TaskGroup{}}, nil, nil, "alloc-3"))
+			must.NoError(t, s.Close())
+			var again testutil.Buffer
+			s, bundles, err = OpenDB(dir, hclog.New(&hclog.LoggerOptions{Output: &again}))
 			must.NoError(t, err)
-			defer s.close()
+			defer s.Close()
 			must.NotNil(t, bundles["alloc-3"])
 			must.Eq(t, tc.allocs+1, len(bundles)-orphans(bundles))
 			must.StrNotContains(t, again.String(), "[ERROR]")
@@ -163,7 +163,7 @@ func TestStateDB_Damaged(t *testing.T) {
 	}
 }
 
-func orphans(bundles map[string]*allocBundle) int {
+func orphans(bundles map[string]*AllocBundle) int {
 	n := 0
 	for _, b := range bundles {
 		if b.Alloc == nil {

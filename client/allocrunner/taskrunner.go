@@ -1,4 +1,4 @@
-package client
+package allocrunner
 
 import (
 	"fmt"
@@ -21,15 +21,18 @@ import (
 // (The CSI target paths are elsewhere: see state.CSIPaths.)
 const allocsDir = "allocs"
 
-// allocDir is the directory of an allocation's tasks.
-func (c *Client) allocDir(allocID string) string {
-	return filepath.Join(c.config.DataDir, allocsDir, state.Segment(allocID))
+// AllocDir is the directory of an allocation's tasks in the data dir
+// dataDir.
+func AllocDir(dataDir, allocID string) string {
+	return filepath.Join(dataDir, allocsDir, state.Segment(allocID))
 }
 
-// VolumeEnvVar is the environment variable that gives a task the path of
+func (m *Manager) allocDir(allocID string) string { return AllocDir(m.cfg.DataDir, allocID) }
+
+// volumeEnvVar is the environment variable that gives a task the path of
 // its group's volume alias: VOLPLANE_VOLUME_ and the alias upper-cased,
 // with every character other than a letter or a digit replaced by "_".
-func VolumeEnvVar(alias string) string {
+func volumeEnvVar(alias string) string {
 	var b strings.Builder
 	b.WriteString("VOLPLANE_VOLUME_")
 	for _, r := range strings.ToUpper(alias) {
@@ -46,7 +49,7 @@ func VolumeEnvVar(alias string) string {
 // settings, plus the allocation's and task's identity and directories and,
 // for every volume of the group, its published path. There is no
 // isolation: every task of the group can reach every volume of the group.
-func taskEnv(rec *allocRecord, task string, paths execdriver.TaskPaths, allocDir string, targets map[string]string) []string {
+func taskEnv(rec *state.AllocRecord, task string, paths execdriver.TaskPaths, allocDir string, targets map[string]string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "VOLPLANE_") {
@@ -63,7 +66,7 @@ func taskEnv(rec *allocRecord, task string, paths execdriver.TaskPaths, allocDir
 		"VOLPLANE_TASK_DIR="+paths.Dir,
 	)
 	for alias, target := range targets {
-		env = append(env, VolumeEnvVar(alias)+"="+target)
+		env = append(env, volumeEnvVar(alias)+"="+target)
 	}
 	return env
 }
@@ -71,8 +74,8 @@ func taskEnv(rec *allocRecord, task string, paths execdriver.TaskPaths, allocDir
 // judgeExit decides whether a task's end is a failure, and describes it.
 // exit is nil when the shim recorded nothing (it was killed too). A task
 // the client was stopping did not fail, whatever its end.
-func judgeExit(t *taskRecord, exit *execdriver.TaskExit) {
-	t.State, t.Exit = taskDead, exit
+func judgeExit(t *state.TaskRecord, exit *state.TaskExit) {
+	t.State, t.Exit = state.TaskDead, exit
 	switch {
 	case t.FailReason != "":
 		t.Failed, t.Description = true, fmt.Sprintf("task %s: %s", t.Name, t.FailReason)

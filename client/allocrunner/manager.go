@@ -1,9 +1,8 @@
-package client
+package allocrunner
 
 import (
 	"cmp"
 	"context"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -13,93 +12,86 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 )
 
-// allocManager runs the allocations placed on this node: it learns them
+// Manager runs the allocations placed on this node: it learns them
 // with a blocking query (Node.GetClientAllocs), runs one allocRunner per
 // allocation, keeps their state in the state file, and forgets an
 // allocation some time after it ended, the servers know it, and the
 // servers released its volumes from this node (NodeDetachVolume).
 //
-// The client does not release a volume on its own: releases are the
+// The manager does not release a volume on its own: releases are the
 // servers' (the volumewatcher drives them through ClientCSI.NodeDetachVolume),
-// and the manager refuses them while an allocation still runs. The one
-// exception is a release the servers finished without the node step (the
-// node was down): the orphan sweep (orphan_volumes.go) undoes that use
-// here once the servers hold no claim of the allocation any more.
-type allocManager struct {
-	c      *Client
+// and the manager refuses them while an allocation still runs (CheckDetach).
+// The one exception is a release the servers finished without the node step
+// (the node was down): the client's orphan sweep undoes that use once the
+// servers hold no claim of the allocation any more.
+type Manager struct {
+	cfg    Config
 	logger hclog.Logger
-	state  *stateDB
+	state  *state.DB
 	rep    *allocReporter
 	// shimExe supervises tasks (see the execdriver package); "" when unknown.
 	shimExe string
 
 	// reconciled counts the answers of the allocation query acted upon.
 	reconciled atomic.Uint64
-	// sweepNow asks the orphan sweep to run (see sweepSoon).
-	sweepNow chan struct{}
 
 	mu      sync.Mutex
 	runners map[string]*allocRunner
 	// orphans are records left of allocations whose own record was lost
 	// (a damaged state file): a runner built for the allocation later
 	// takes them over, so a published volume is not published again.
-	orphans map[string]*allocBundle
+	orphans map[string]*state.AllocBundle
 	// draining is set once the agent stops every allocation before it
 	// exits (DrainAllocations): no allocation is started after that.
 	draining bool
 }
 
-// newAllocManager opens the state file and rebuilds the runners of the
-// allocations it holds; start sets them going.
-func newAllocManager(c *Client) (*allocManager, error) {
-	logger := c.logger.Named("allocs")
-	state, bundles, err := openStateDB(c.config.DataDir, logger)
-	if err != nil {
-		return nil, err
+// New builds the runners of the allocations the state file held
+// (cfg.Restored); Start sets them going.
+func New(cfg Config) *Manager {
+	logger := cfg.Logger.Named("allocs")
+	m := &Manager{
+		cfg: cfg, logger: logger, state: cfg.State,
+		runners: map[string]*allocRunner{}, orphans: map[string]*state.AllocBundle{},
 	}
-	m := &allocManager{
-		c: c, logger: logger, state: state,
-		runners: map[string]*allocRunner{}, orphans: map[string]*allocBundle{},
-		sweepNow: make(chan struct{}, 1),
-	}
-	m.rep = newAllocReporter(c, m.acked)
+	m.rep = newAllocReporter(&m.cfg, logger.Named("alloc-reporter"), m.acked)
+	var err error
 	if m.shimExe, err = os.Executable(); err != nil {
 		logger.Error("cannot find the agent's own executable: tasks cannot be started", "error", err)
 	}
-	for id, b := range bundles {
+	for id, b := range cfg.Restored {
 		if b.Alloc == nil {
 			m.orphans[id] = b
 			continue
 		}
 		m.runners[id] = newAllocRunner(m, b.Alloc, b.Volumes, b.Tasks)
 	}
-	if len(bundles) > 0 {
+	if len(cfg.Restored) > 0 {
 		logger.Info("restored allocations from the client state file", "allocs", len(m.runners), "orphaned_records", len(m.orphans))
 	}
-	return m, nil
+	return m
 }
 
-// start runs the query loop, the reporter, the orphan sweep and the
-// restored runners.
-func (m *allocManager) start() {
-	ctx := m.c.ctx
-	m.c.goFunc(func() { m.rep.run(ctx) })
-	m.c.goFunc(func() { m.watch(ctx) })
-	m.c.goFunc(func() { m.sweepOrphans(ctx) })
+// Start runs the allocation query loop, the reporter and the restored
+// runners, until ctx ends.
+func (m *Manager) Start(ctx context.Context) {
+	m.cfg.GoFunc(func() { m.rep.run(ctx) })
+	m.cfg.GoFunc(func() { m.watch(ctx) })
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range m.runners {
-		m.c.goFunc(func() { r.run(ctx) })
+		m.cfg.GoFunc(func() { r.run(ctx) })
 	}
 }
 
-// close closes the state file, once every runner has returned.
-func (m *allocManager) close() {
-	if err := m.state.close(); err != nil {
-		m.logger.Warn("closing the client state file", "error", err)
+// changed tells the client that allocations were learned or ended.
+func (m *Manager) changed() {
+	if m.cfg.AllocsChanged != nil {
+		m.cfg.AllocsChanged()
 	}
 }
 
@@ -107,19 +99,19 @@ func (m *allocManager) close() {
 // change, and reconciles the runners with each answer. It starts once the
 // node is registered (the query is authenticated by the node's secret) and
 // retries with backoff while no server answers.
-func (m *allocManager) watch(ctx context.Context) {
+func (m *Manager) watch(ctx context.Context) {
 	select {
-	case <-m.c.registered:
+	case <-m.cfg.Registered:
 	case <-ctx.Done():
 		return
 	}
 	var index uint64
-	retry := retryMin
+	retry := m.cfg.ServerRetryMin
 	var lastErr string
 	for ctx.Err() == nil {
-		args := &structs.NodeClientAllocsRequest{NodeID: m.c.id.NodeID, SecretID: m.c.id.SecretID}
+		args := &structs.NodeClientAllocsRequest{NodeID: m.cfg.NodeID, SecretID: m.cfg.SecretID}
 		args.MinQueryIndex = index
-		args.MaxQueryTime = m.c.config.AllocWatchWait
+		args.MaxQueryTime = m.cfg.AllocWatchWait
 		// The server the client talks to answers from its own state rather
 		// than forwarding to the leader: every client's long poll would
 		// otherwise sit on the leader, and a follower answers even while
@@ -127,7 +119,7 @@ func (m *allocManager) watch(ctx context.Context) {
 		// the next answer makes up.
 		args.AllowStale = true
 		var reply structs.NodeClientAllocsResponse
-		err := m.c.rpc("Node.GetClientAllocs", args, &reply)
+		err := m.cfg.Servers.NodeGetClientAllocs(args, &reply)
 		if ctx.Err() != nil {
 			return
 		}
@@ -136,17 +128,13 @@ func (m *allocManager) watch(ctx context.Context) {
 				m.logger.Warn("querying the node's allocations failed; retrying", "error", err)
 				lastErr = err.Error()
 			}
-			t := time.NewTimer(retry)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !pause(ctx, retry) {
 				return
-			case <-t.C:
 			}
-			retry = min(retry*2, m.c.config.serverRetryMax)
+			retry = min(retry*2, m.cfg.ServerRetryMax)
 			continue
 		}
-		retry, lastErr = retryMin, ""
+		retry, lastErr = m.cfg.ServerRetryMin, ""
 		// An index that went back means the servers' state was rebuilt:
 		// start over rather than wait for it to pass the old one.
 		index = max(reply.Index, 1)
@@ -157,7 +145,7 @@ func (m *allocManager) watch(ctx context.Context) {
 // reconcile starts a runner for each new allocation the servers want run
 // here, and stops the runners of allocations they want stopped or no
 // longer list (in an answer recent enough to list them).
-func (m *allocManager) reconcile(ctx context.Context, reply *structs.NodeClientAllocsResponse) {
+func (m *Manager) reconcile(ctx context.Context, reply *structs.NodeClientAllocsResponse) {
 	listed := map[string]bool{}
 	var start []*allocRunner
 	// Stops are applied once the lock is released: each writes the state
@@ -166,7 +154,7 @@ func (m *allocManager) reconcile(ctx context.Context, reply *structs.NodeClientA
 	var gone []*allocRunner
 	m.mu.Lock()
 	for _, a := range reply.Allocs {
-		if a == nil || a.NodeID != m.c.id.NodeID {
+		if a == nil || a.NodeID != m.cfg.NodeID {
 			continue
 		}
 		listed[a.ID] = true
@@ -206,12 +194,12 @@ func (m *allocManager) reconcile(ctx context.Context, reply *structs.NodeClientA
 			}
 			group = job.LookupTaskGroup(a.TaskGroup).Copy()
 		}
-		rec := &allocRecord{
+		rec := &state.AllocRecord{
 			ID: a.ID, Namespace: a.Namespace, Name: a.Name, JobID: a.JobID, TaskGroup: a.TaskGroup,
 			JobVersion: a.JobVersion, Group: group, CreateIndex: a.CreateIndex, ClientStatus: structs.AllocClientStatusPending,
 		}
-		var vols map[string]*volumeRecord
-		var tasks map[string]*taskRecord
+		var vols map[string]*state.VolumeRecord
+		var tasks map[string]*state.TaskRecord
 		if o := m.orphans[a.ID]; o != nil {
 			vols, tasks = o.Volumes, o.Tasks
 			delete(m.orphans, a.ID)
@@ -238,14 +226,14 @@ func (m *allocManager) reconcile(ctx context.Context, reply *structs.NodeClientA
 	// The answer is where allocations lost or stopped while the node was
 	// away are learned: their volumes may have been released without the
 	// node step.
-	m.sweepSoon()
+	m.changed()
 	if m.reconciled.Add(1) == 1 {
 		m.logger.Info(firstAllocsMessage, "allocs", len(listed), "new", len(start))
 	}
 	for _, r := range start {
 		r.logger.Info("starting allocation", "name", r.rec.Name, "job_id", r.rec.JobID, "job_version", r.rec.JobVersion)
 		r.persist(true, nil, nil)
-		m.c.goFunc(func() { r.run(ctx) })
+		m.cfg.GoFunc(func() { r.run(ctx) })
 	}
 }
 
@@ -260,25 +248,25 @@ func stopDescription(a *structs.Allocation) string {
 	return "stopped by the servers"
 }
 
-func (m *allocManager) runner(allocID string) *allocRunner {
+func (m *Manager) runner(allocID string) *allocRunner {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.runners[allocID]
 }
 
 // acked is the reporter telling that the servers accepted an update.
-func (m *allocManager) acked(u *structs.AllocClientUpdate, gone bool) {
+func (m *Manager) acked(u *structs.AllocClientUpdate, gone bool) {
 	if r := m.runner(u.ID); r != nil {
 		r.acked(u.ClientStatus, gone)
 		m.collect()
 	}
 }
 
-// checkDetach refuses a release of the allocation's volume while the
+// CheckDetach refuses a release of the allocation's volume while the
 // allocation still runs on this node: unpublishing a volume under a running
 // task would pull its data away. The error is retryable, so the servers try
 // again later.
-func (m *allocManager) checkDetach(allocID string) error {
+func (m *Manager) CheckDetach(allocID string) error {
 	r := m.runner(allocID)
 	if r == nil {
 		return nil
@@ -292,9 +280,9 @@ func (m *allocManager) checkDetach(allocID string) error {
 	return nil
 }
 
-// volumeDetached forgets an allocation's volume once the servers released
+// VolumeDetached forgets an allocation's volume once the servers released
 // it from this node, and then the allocation, if nothing else is left.
-func (m *allocManager) volumeDetached(allocID, volumeID string) {
+func (m *Manager) VolumeDetached(allocID, volumeID string) {
 	if r := m.runner(allocID); r != nil {
 		r.volumeDetached(volumeID)
 		m.collect()
@@ -316,7 +304,7 @@ func (m *allocManager) volumeDetached(allocID, volumeID string) {
 	}
 	m.mu.Unlock()
 	for _, alias := range aliases {
-		if err := m.state.deleteVolume(allocID, alias); err != nil {
+		if err := m.state.DeleteVolume(allocID, alias); err != nil {
 			m.logger.Error("forgetting a released volume", "alloc_id", allocID, "volume_id", volumeID, "error", err)
 		}
 	}
@@ -327,7 +315,7 @@ func (m *allocManager) volumeDetached(allocID, volumeID string) {
 // newest FinishedAllocsKept of them are kept, with their task logs, unless
 // the servers no longer list them; the others lose their records, their
 // runner and their directory.
-func (m *allocManager) collect() {
+func (m *Manager) collect() {
 	type finished struct {
 		r    *allocRunner
 		at   int64
@@ -343,20 +331,22 @@ func (m *allocManager) collect() {
 	slices.SortFunc(done, func(a, b finished) int { return cmp.Compare(b.at, a.at) })
 	var drop []*allocRunner
 	for i, f := range done {
-		if i >= m.c.config.FinishedAllocsKept || f.gone {
+		if i >= m.cfg.FinishedAllocsKept || f.gone {
 			drop = append(drop, f.r)
 			delete(m.runners, f.r.id)
 		}
 	}
 	m.mu.Unlock()
 	for _, r := range drop {
-		if err := m.state.deleteAlloc(r.id); err != nil {
+		if err := m.state.DeleteAlloc(r.id); err != nil {
 			m.logger.Error("forgetting an allocation", "alloc_id", r.id, "error", err)
 		}
-		if err := os.RemoveAll(m.c.allocDir(r.id)); err != nil {
+		if err := os.RemoveAll(m.allocDir(r.id)); err != nil {
 			m.logger.Warn("removing an allocation's directory", "alloc_id", r.id, "error", err)
 		}
-		removeEmptyDir(m.c.paths.AllocDir(r.id))
+		// The allocation's directory of CSI targets, once the plugin
+		// removed them; anything left in it stays.
+		_ = os.Remove(m.cfg.Paths.AllocDir(r.id))
 		r.logger.Debug("finished allocation forgotten")
 	}
 }
@@ -364,8 +354,8 @@ func (m *allocManager) collect() {
 // backoff is the pause before attempt+1 of a claim, stage or publish: from
 // ClaimBackoffMin, doubling up to ClaimBackoffMax, less up to a fifth so
 // that allocations waiting for the same release do not retry in step.
-func (m *allocManager) backoff(attempt int) time.Duration {
-	lo, hi := m.c.config.ClaimBackoffMin, m.c.config.ClaimBackoffMax
+func (m *Manager) backoff(attempt int) time.Duration {
+	lo, hi := m.cfg.ClaimBackoffMin, m.cfg.ClaimBackoffMax
 	d := hi
 	if attempt < 32 {
 		if s := lo << (attempt - 1); s > 0 && s < hi {
@@ -375,38 +365,14 @@ func (m *allocManager) backoff(attempt int) time.Duration {
 	return d - rand.N(d/5+1)
 }
 
-// AllocIDs returns the allocations the client runs or remembers, sorted.
-func (c *Client) AllocIDs() []string {
-	c.allocs.mu.Lock()
-	defer c.allocs.mu.Unlock()
-	return slices.Sorted(maps.Keys(c.allocs.runners))
-}
-
-// AllocState is what the client knows of one allocation: its status as
-// the client reports it, its volumes and its tasks.
-type AllocState struct {
-	ClientStatus      string
-	ClientDescription string
-	Volumes           map[string]structs.AllocVolumeState
-	// Tasks are the PIDs of the tasks' supervisors (0 before a start),
-	// and Exited whether they ended.
-	Tasks map[string]TaskState
-}
-
-// TaskState is one task as the client knows it.
-type TaskState struct {
-	PID         int
-	State       string
-	Failed      bool
-	Description string
-}
-
-// AllocState returns what the client knows of an allocation, and whether
-// it knows it.
-func (c *Client) AllocState(allocID string) (AllocState, bool) {
-	r := c.allocs.runner(allocID)
-	if r == nil {
-		return AllocState{}, false
+// pause waits for d, and reports false when ctx ended first.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
-	return r.snapshot(), true
 }

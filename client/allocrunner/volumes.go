@@ -1,4 +1,4 @@
-package client
+package allocrunner
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/volplane/volplane/client/csimanager"
 	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/plugins/csi"
 	"github.com/volplane/volplane/rpc"
@@ -48,7 +49,7 @@ func (r *allocRunner) setupVolumes(ctx context.Context) error {
 			if errors.Is(err, errAllocStopped) || ctx.Err() != nil {
 				return err
 			}
-			r.updateVolume(alias, func(v *volumeRecord) {
+			r.updateVolume(alias, func(v *state.VolumeRecord) {
 				v.State.Step, v.State.Waiting, v.State.NextRetry = structs.AllocVolumeStepFailed, "", 0
 			})
 			return fmt.Errorf("volume %s (%s): %s", alias, req.VolumeID(r.rec.Name), structs.MessageOf(err))
@@ -59,7 +60,7 @@ func (r *allocRunner) setupVolumes(ctx context.Context) error {
 
 // volume returns a copy of the record of a volume of the allocation, as a
 // new one when there is none yet.
-func (r *allocRunner) volume(alias string, req *structs.VolumeRequest) volumeRecord {
+func (r *allocRunner) volume(alias string, req *structs.VolumeRequest) state.VolumeRecord {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if v := r.vols[alias]; v != nil {
@@ -68,9 +69,9 @@ func (r *allocRunner) volume(alias string, req *structs.VolumeRequest) volumeRec
 	return r.newVolume(alias, req)
 }
 
-func (r *allocRunner) newVolume(alias string, req *structs.VolumeRequest) volumeRecord {
+func (r *allocRunner) newVolume(alias string, req *structs.VolumeRequest) state.VolumeRecord {
 	id := req.VolumeID(r.rec.Name)
-	return volumeRecord{
+	return state.VolumeRecord{
 		Alias: alias, VolumeID: id, Namespace: r.rec.Namespace,
 		AccessMode: req.AccessMode, AttachmentMode: req.AttachmentMode, ReadOnly: req.ReadOnly,
 		State: structs.AllocVolumeState{VolumeID: id, Step: structs.AllocVolumeStepClaiming},
@@ -79,7 +80,7 @@ func (r *allocRunner) newVolume(alias string, req *structs.VolumeRequest) volume
 
 // updateVolume changes a volume's record with f, persists it, reports the
 // allocation when what is reported changed, and returns a copy.
-func (r *allocRunner) updateVolume(alias string, f func(v *volumeRecord)) volumeRecord {
+func (r *allocRunner) updateVolume(alias string, f func(v *state.VolumeRecord)) state.VolumeRecord {
 	r.mu.Lock()
 	v := r.vols[alias]
 	created := v == nil
@@ -97,7 +98,7 @@ func (r *allocRunner) updateVolume(alias string, f func(v *volumeRecord)) volume
 	c := *v
 	c.PublishContext = maps.Clone(v.PublishContext)
 	r.mu.Unlock()
-	r.persist(false, []*volumeRecord{&c}, nil)
+	r.persist(false, []*state.VolumeRecord{&c}, nil)
 	if changed {
 		r.report()
 	}
@@ -111,16 +112,16 @@ func (r *allocRunner) setupVolume(ctx context.Context, alias string, req *struct
 	}
 	// Reported before the first attempt, so the servers see the claim
 	// being taken even if it answers slowly.
-	r.updateVolume(alias, func(v *volumeRecord) {})
+	r.updateVolume(alias, func(v *state.VolumeRecord) {})
 	claim, err := r.claim(ctx, alias, v, req)
 	if err != nil {
 		return err
 	}
 	vol := claim.Volume
-	v = r.updateVolume(alias, func(v *volumeRecord) {
+	v = r.updateVolume(alias, func(v *state.VolumeRecord) {
 		v.PluginID, v.ExternalID = vol.PluginID, vol.RemoteID()
 		v.PublishContext = maps.Clone(claim.PublishContext)
-		v.TargetPath = r.m.c.paths.TargetPath(r.id, v.VolumeID)
+		v.TargetPath = r.m.cfg.Paths.TargetPath(r.id, v.VolumeID)
 		if stepRank(v.State.Step) < stepRank(structs.AllocVolumeStepClaimed) {
 			v.State.Step = structs.AllocVolumeStepClaimed
 		}
@@ -134,11 +135,11 @@ func (r *allocRunner) setupVolume(ctx context.Context, alias string, req *struct
 // while the claim is refused for a reason that may pass: another
 // allocation's claim (the error names it), no leader, a server or node out
 // of reach, a plugin not healthy yet.
-func (r *allocRunner) claim(ctx context.Context, alias string, v volumeRecord, req *structs.VolumeRequest) (*structs.CSIVolumeClaimResponse, error) {
+func (r *allocRunner) claim(ctx context.Context, alias string, v state.VolumeRecord, req *structs.VolumeRequest) (*structs.CSIVolumeClaimResponse, error) {
 	// The claim is authenticated by the node's secret, which the servers
 	// know once the node registered.
 	select {
-	case <-r.m.c.registered:
+	case <-r.m.cfg.Registered:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-r.stopCh:
@@ -146,9 +147,9 @@ func (r *allocRunner) claim(ctx context.Context, alias string, v volumeRecord, r
 	}
 	args := &structs.CSIVolumeClaimRequest{
 		VolumeID:     v.VolumeID,
-		NodeSecretID: r.m.c.id.SecretID,
+		NodeSecretID: r.m.cfg.SecretID,
 		Claim: &structs.CSIVolumeClaim{
-			AllocationID: r.id, NodeID: r.m.c.id.NodeID, Mode: req.ClaimMode(),
+			AllocationID: r.id, NodeID: r.m.cfg.NodeID, Mode: req.ClaimMode(),
 			AccessMode: req.AccessMode, AttachmentMode: req.AttachmentMode, ReadOnly: req.ReadOnly,
 			State: structs.CSIVolumeClaimStateTaken,
 		},
@@ -157,7 +158,7 @@ func (r *allocRunner) claim(ctx context.Context, alias string, v volumeRecord, r
 	var reply structs.CSIVolumeClaimResponse
 	err := r.retry(ctx, alias, func() error {
 		reply = structs.CSIVolumeClaimResponse{}
-		err := r.m.c.rpc("CSIVolume.Claim", args, &reply)
+		err := r.m.cfg.Servers.CSIVolumeClaim(args, &reply)
 		if err == nil && reply.Volume == nil {
 			err = structs.NewError(structs.ErrCodeInternal, "the claim's answer has no volume")
 		}
@@ -216,7 +217,7 @@ func (r *allocRunner) retry(ctx context.Context, alias string, op func() error, 
 		}
 		delay := r.m.backoff(attempt)
 		why := structs.MessageOf(err)
-		v := r.updateVolume(alias, func(v *volumeRecord) {
+		v := r.updateVolume(alias, func(v *state.VolumeRecord) {
 			v.State.Waiting, v.State.Attempts = why, attempt
 			v.State.NextRetry = time.Now().Add(delay).UnixNano()
 		})
@@ -247,25 +248,28 @@ func (r *allocRunner) retry(ctx context.Context, alias string, op func() error, 
 // unstages a volume this allocation is about to use.
 func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.VolumeRequest, vol *structs.CSIVolume) error {
 	v := r.volume(alias, req)
-	plugin, _, err := r.m.c.plugins.Node(v.PluginID)
+	plugin, _, err := r.m.cfg.Plugins.Node(v.PluginID)
 	if err != nil {
 		return err
 	}
-	unlock := r.m.c.lockVolume(v.PluginID, v.Namespace, v.VolumeID)
+	unlock, err := r.m.cfg.Locks.LockVolume(ctx, v.PluginID, v.Namespace, v.VolumeID)
+	if err != nil {
+		return err
+	}
 	defer unlock()
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
 	caps, err := plugin.NodeCapabilities(callCtx)
 	if err != nil {
-		return csiError(csi.MethodNodeGetCapabilities, v.ExternalID, err)
+		return csimanager.CallError(csi.MethodNodeGetCapabilities, v.ExternalID, err)
 	}
 	staging := ""
 	if caps.StageUnstage {
-		staging = r.m.c.paths.StagingPath(v.PluginID, v.Namespace, v.VolumeID, state.UsageMode(v.AccessMode, v.AttachmentMode, v.ReadOnly))
+		staging = r.m.cfg.Paths.StagingPath(v.PluginID, v.Namespace, v.VolumeID, state.UsageMode(v.AccessMode, v.AttachmentMode, v.ReadOnly))
 	}
-	v = r.updateVolume(alias, func(v *volumeRecord) { v.StagingPath = staging })
-	if err := r.m.c.usage.Add(state.VolumeUsage{
+	v = r.updateVolume(alias, func(v *state.VolumeRecord) { v.StagingPath = staging })
+	if err := r.m.cfg.Usage.Add(state.VolumeUsage{
 		AllocID: r.id, PluginID: v.PluginID, Namespace: v.Namespace, VolumeID: v.VolumeID, ExternalID: v.ExternalID,
 		AccessMode: v.AccessMode, AttachmentMode: v.AttachmentMode, ReadOnly: v.ReadOnly,
 		StagingPath: staging, TargetPath: v.TargetPath,
@@ -276,7 +280,7 @@ func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.Vo
 	if opts == nil {
 		opts = vol.MountOptions
 	}
-	volCap := capability(v.AccessMode, v.AttachmentMode, opts)
+	volCap := csimanager.Capability(v.AccessMode, v.AttachmentMode, opts)
 
 	if staging != "" && stepRank(v.State.Step) < stepRank(structs.AllocVolumeStepStaged) {
 		// The CO creates the staging directory; the plugin stages in it.
@@ -288,9 +292,9 @@ func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.Vo
 			PublishContext: v.PublishContext, VolumeContext: vol.Context, Secrets: vol.Secrets,
 		})
 		if err != nil {
-			return csiError(csi.MethodNodeStageVolume, v.ExternalID, err)
+			return csimanager.CallError(csi.MethodNodeStageVolume, v.ExternalID, err)
 		}
-		v = r.updateVolume(alias, func(v *volumeRecord) {
+		v = r.updateVolume(alias, func(v *state.VolumeRecord) {
 			v.State.Step, v.State.Waiting, v.State.Attempts, v.State.NextRetry = structs.AllocVolumeStepStaged, "", 0, 0
 		})
 		r.logger.Info("volume staged", "volume", alias, "volume_id", v.VolumeID, "staging_path", staging)
@@ -305,9 +309,9 @@ func (r *allocRunner) publish(ctx context.Context, alias string, req *structs.Vo
 		ReadOnly: req.ReadOnly, PublishContext: v.PublishContext, VolumeContext: vol.Context, Secrets: vol.Secrets,
 	})
 	if err != nil {
-		return csiError(csi.MethodNodePublishVolume, v.ExternalID, err)
+		return csimanager.CallError(csi.MethodNodePublishVolume, v.ExternalID, err)
 	}
-	v = r.updateVolume(alias, func(v *volumeRecord) {
+	v = r.updateVolume(alias, func(v *state.VolumeRecord) {
 		v.State.Step, v.State.Waiting, v.State.Attempts, v.State.NextRetry = structs.AllocVolumeStepPublished, "", 0, 0
 	})
 	r.logger.Info("volume published", "volume", alias, "volume_id", v.VolumeID, "target_path", v.TargetPath)

@@ -1,4 +1,4 @@
-package client
+package state
 
 import (
 	"encoding/json"
@@ -13,12 +13,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/volplane/volplane/client/execdriver"
 	"github.com/volplane/volplane/structs"
 )
 
-// stateFile is the allocations' durable state, in the data dir.
-const stateFile = "client-state.db"
+// DBFile is the allocations' durable state, in the data dir.
+const DBFile = "client-state.db"
 
 // stateSchemaVersion is written to the meta bucket; bump it when a record
 // changes in a way older agents cannot read.
@@ -28,9 +27,9 @@ const stateSchemaVersion = "1"
 // JSON value, so that one record that cannot be decoded costs only itself.
 //
 //	meta     "version" → stateSchemaVersion
-//	allocs   <alloc ID>                → allocRecord
-//	volumes  <alloc ID> "\x00" <alias> → volumeRecord
-//	tasks    <alloc ID> "\x00" <task>  → taskRecord
+//	allocs   <alloc ID>                → AllocRecord
+//	volumes  <alloc ID> "\x00" <alias> → VolumeRecord
+//	tasks    <alloc ID> "\x00" <task>  → TaskRecord
 var (
 	bucketMeta    = []byte("meta")
 	bucketAllocs  = []byte("allocs")
@@ -39,9 +38,9 @@ var (
 	stateBuckets  = [][]byte{bucketMeta, bucketAllocs, bucketVolumes, bucketTasks}
 )
 
-// allocRecord is what the client keeps of an allocation it runs: enough to
+// AllocRecord is what the client keeps of an allocation it runs: enough to
 // supervise and report it without asking the servers anything.
-type allocRecord struct {
+type AllocRecord struct {
 	ID        string
 	Namespace string
 	Name      string
@@ -69,12 +68,12 @@ type allocRecord struct {
 	ReportedStatus string `json:",omitempty"`
 }
 
-// volumeRecord is an allocation's progress with one of its volumes, and
+// VolumeRecord is an allocation's progress with one of its volumes, and
 // everything needed to find it again on the node: which plugin serves it,
 // its IDs, its paths and the publish context. Volume secrets are not kept:
 // a volume not yet published when the agent restarts is claimed again,
 // which returns them.
-type volumeRecord struct {
+type VolumeRecord struct {
 	Alias          string
 	VolumeID       string
 	Namespace      string
@@ -92,18 +91,18 @@ type volumeRecord struct {
 	State structs.AllocVolumeState
 }
 
-// taskRecord is one task of an allocation.
-type taskRecord struct {
+// TaskRecord is one task of an allocation.
+type TaskRecord struct {
 	Name  string
 	State string
 	// Process is the task's shim, once started.
-	Process   execdriver.ProcessID
+	Process   ProcessID
 	StartedAt int64 `json:",omitempty"`
 	// Stopping is set once the client signalled the task to stop, so its
 	// end is not its own failure.
 	Stopping bool `json:",omitempty"`
 	// Exit is how it ended, when its shim recorded it.
-	Exit *execdriver.TaskExit `json:",omitempty"`
+	Exit *TaskExit `json:",omitempty"`
 	// Failed and Description judge the end.
 	Failed      bool   `json:",omitempty"`
 	Description string `json:",omitempty"`
@@ -121,31 +120,52 @@ type taskRecord struct {
 	Events []*structs.TaskEvent `json:",omitempty"`
 }
 
-// Task states.
-const (
-	taskPending = "pending"
-	taskRunning = "running"
-	taskDead    = "dead"
-)
-
-// allocBundle is what the state file holds about one allocation. Alloc is
-// nil when its record was lost but some of its volumes or tasks were not.
-type allocBundle struct {
-	Alloc   *allocRecord
-	Volumes map[string]*volumeRecord
-	Tasks   map[string]*taskRecord
+// TaskExit is how a task ended, as its shim recorded it.
+type TaskExit struct {
+	// ExitCode is the command's exit status; -1 when a signal killed it.
+	ExitCode int
+	// Signal names the signal that killed the command, if one did.
+	Signal string `json:",omitempty"`
+	// StartError says why the command could not be started.
+	StartError string `json:",omitempty"`
+	FinishedAt int64
 }
 
-// stateDB is the client's durable state: a bbolt file in the data dir,
+// ProcessID identifies a process across restarts of the agent: a PID alone
+// may have been reused, so its start time (in clock ticks since boot), its
+// argv[0] and the boot it was seen in must match too.
+type ProcessID struct {
+	PID        int
+	StartTicks uint64
+	Argv0      string
+	BootID     string
+}
+
+// Task states.
+const (
+	TaskPending = "pending"
+	TaskRunning = "running"
+	TaskDead    = "dead"
+)
+
+// AllocBundle is what the state file holds about one allocation. Alloc is
+// nil when its record was lost but some of its volumes or tasks were not.
+type AllocBundle struct {
+	Alloc   *AllocRecord
+	Volumes map[string]*VolumeRecord
+	Tasks   map[string]*TaskRecord
+}
+
+// DB is the client's durable state: a bbolt file in the data dir,
 // written through on every step, so that a restarted agent finds its
 // allocations as they were.
-type stateDB struct {
+type DB struct {
 	path   string
 	db     *bolt.DB
 	logger hclog.Logger
 }
 
-// openStateDB opens (or creates) the state file in dataDir and returns what
+// OpenDB opens (or creates) the state file in dataDir and returns what
 // it holds, by allocation ID. A damaged file never stops the client:
 //   - a record that cannot be decoded is logged (naming the file, the
 //     bucket and the key), skipped and deleted;
@@ -155,8 +175,8 @@ type stateDB struct {
 //
 // Only a file locked by another process is an error: another agent uses
 // this data dir.
-func openStateDB(dataDir string, logger hclog.Logger) (*stateDB, map[string]*allocBundle, error) {
-	s := &stateDB{path: filepath.Join(dataDir, stateFile), logger: logger}
+func OpenDB(dataDir string, logger hclog.Logger) (*DB, map[string]*AllocBundle, error) {
+	s := &DB{path: filepath.Join(dataDir, DBFile), logger: logger}
 	db, err := openBolt(s.path)
 	if errors.Is(err, bolt.ErrTimeout) {
 		return nil, nil, fmt.Errorf("client state file %s is locked: is another client agent using the data dir?", s.path)
@@ -167,7 +187,7 @@ func openStateDB(dataDir string, logger hclog.Logger) (*stateDB, map[string]*all
 			return nil, nil, err
 		}
 		s.db = db
-		return s, map[string]*allocBundle{}, nil
+		return s, map[string]*AllocBundle{}, nil
 	}
 	s.db = db
 	bundles, bad, err := s.load()
@@ -214,7 +234,7 @@ func openBolt(path string) (db *bolt.DB, err error) {
 
 // replace moves the state file aside and creates a fresh one holding
 // bundles.
-func (s *stateDB) replace(bundles map[string]*allocBundle) (*bolt.DB, error) {
+func (s *DB) replace(bundles map[string]*AllocBundle) (*bolt.DB, error) {
 	aside := fmt.Sprintf("%s.corrupt-%d", s.path, time.Now().UnixNano())
 	if err := os.Rename(s.path, aside); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("moving the damaged client state file %s aside: %w", s.path, err)
@@ -251,12 +271,12 @@ type badKey struct {
 // load reads every record. Records that cannot be decoded are logged and
 // returned in bad; an error (a panic of bbolt on a damaged page included)
 // means the file itself is damaged, with what was read so far returned.
-func (s *stateDB) load() (bundles map[string]*allocBundle, bad []badKey, err error) {
-	bundles = map[string]*allocBundle{}
-	bundle := func(id string) *allocBundle {
+func (s *DB) load() (bundles map[string]*AllocBundle, bad []badKey, err error) {
+	bundles = map[string]*AllocBundle{}
+	bundle := func(id string) *AllocBundle {
 		b := bundles[id]
 		if b == nil {
-			b = &allocBundle{Volumes: map[string]*volumeRecord{}, Tasks: map[string]*taskRecord{}}
+			b = &AllocBundle{Volumes: map[string]*VolumeRecord{}, Tasks: map[string]*TaskRecord{}}
 			bundles[id] = b
 		}
 		return b
@@ -280,7 +300,7 @@ func (s *stateDB) load() (bundles map[string]*allocBundle, bad []badKey, err err
 				case v == nil:
 					decodeErr = errors.New("a nested bucket where a record was expected")
 				case string(name) == string(bucketAllocs):
-					var r allocRecord
+					var r AllocRecord
 					if decodeErr = json.Unmarshal(v, &r); decodeErr == nil && (r.ID != allocID || r.Group == nil) {
 						decodeErr = errors.New("the record does not match its key or has no task group")
 					}
@@ -288,7 +308,7 @@ func (s *stateDB) load() (bundles map[string]*allocBundle, bad []badKey, err err
 						bundle(allocID).Alloc = &r
 					}
 				case string(name) == string(bucketVolumes):
-					var r volumeRecord
+					var r VolumeRecord
 					if decodeErr = json.Unmarshal(v, &r); decodeErr == nil && (r.Alias != sub || r.VolumeID == "") {
 						decodeErr = errors.New("the record does not match its key")
 					}
@@ -296,7 +316,7 @@ func (s *stateDB) load() (bundles map[string]*allocBundle, bad []badKey, err err
 						bundle(allocID).Volumes[sub] = &r
 					}
 				default:
-					var r taskRecord
+					var r TaskRecord
 					if decodeErr = json.Unmarshal(v, &r); decodeErr == nil && r.Name != sub {
 						decodeErr = errors.New("the record does not match its key")
 					}
@@ -322,7 +342,7 @@ func (s *stateDB) load() (bundles map[string]*allocBundle, bad []badKey, err err
 
 // deleteKeys removes records that could not be decoded, so that they are
 // reported once.
-func (s *stateDB) deleteKeys(bad []badKey) {
+func (s *DB) deleteKeys(bad []badKey) {
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		for _, k := range bad {
 			if b := tx.Bucket(k.bucket); b != nil {
@@ -348,7 +368,7 @@ func putJSON(b *bolt.Bucket, key []byte, v any) error {
 	return b.Put(key, buf)
 }
 
-func putBundle(tx *bolt.Tx, allocID string, b *allocBundle) error {
+func putBundle(tx *bolt.Tx, allocID string, b *AllocBundle) error {
 	if b.Alloc != nil {
 		if err := putJSON(tx.Bucket(bucketAllocs), []byte(allocID), b.Alloc); err != nil {
 			return err
@@ -369,8 +389,8 @@ func putBundle(tx *bolt.Tx, allocID string, b *allocBundle) error {
 
 // put writes an allocation's records (any of them may be nil) in one
 // transaction.
-func (s *stateDB) put(a *allocRecord, vols []*volumeRecord, tasks []*taskRecord, allocID string) error {
-	b := &allocBundle{Alloc: a, Volumes: map[string]*volumeRecord{}, Tasks: map[string]*taskRecord{}}
+func (s *DB) Put(a *AllocRecord, vols []*VolumeRecord, tasks []*TaskRecord, allocID string) error {
+	b := &AllocBundle{Alloc: a, Volumes: map[string]*VolumeRecord{}, Tasks: map[string]*TaskRecord{}}
 	for _, v := range vols {
 		b.Volumes[v.Alias] = v
 	}
@@ -385,14 +405,14 @@ func (s *stateDB) put(a *allocRecord, vols []*volumeRecord, tasks []*taskRecord,
 }
 
 // deleteVolume forgets one volume of an allocation.
-func (s *stateDB) deleteVolume(allocID, alias string) error {
+func (s *DB) DeleteVolume(allocID, alias string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketVolumes).Delete(subKey(allocID, alias))
 	})
 }
 
 // deleteAlloc forgets an allocation and its volumes and tasks.
-func (s *stateDB) deleteAlloc(allocID string) error {
+func (s *DB) DeleteAlloc(allocID string) error {
 	prefix := []byte(allocID + "\x00")
 	return s.db.Update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketAllocs).Delete([]byte(allocID)); err != nil {
@@ -410,4 +430,4 @@ func (s *stateDB) deleteAlloc(allocID string) error {
 	})
 }
 
-func (s *stateDB) close() error { return s.db.Close() }
+func (s *DB) Close() error { return s.db.Close() }

@@ -1,4 +1,4 @@
-package client
+package allocrunner
 
 import (
 	"errors"
@@ -12,8 +12,8 @@ import (
 
 // The claim backoff starts at the minimum, doubles up to the maximum, and
 // is at most a fifth shorter (jitter), never longer.
-func TestAllocManager_Backoff(t *testing.T) {
-	m := &allocManager{c: &Client{config: &Config{ClaimBackoffMin: time.Second, ClaimBackoffMax: 30 * time.Second}}}
+func TestManager_Backoff(t *testing.T) {
+	m := &Manager{cfg: Config{Timing: Timing{ClaimBackoffMin: time.Second, ClaimBackoffMax: 30 * time.Second}}}
 	for attempt, want := range map[int]time.Duration{
 		1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 5: 16 * time.Second,
 		6: 30 * time.Second, 40: 30 * time.Second, 1000: 30 * time.Second,
