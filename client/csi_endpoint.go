@@ -313,7 +313,7 @@ func (e *ClientCSI) controllerCall(name string, m *structs.MultiError, args any,
 // stream ends, has finished with the plugin before the next leader's
 // publish or unpublish of the same volume begins.
 func (e *ClientCSI) lockController(ctx context.Context, name, pluginID, externalID string) (func(), error) {
-	unlock, err := e.c.volumeLocks.lock(ctx, "controller\x00"+pluginID+"\x00"+externalID)
+	unlock, err := e.c.volumeLocks.LockController(ctx, pluginID, externalID)
 	if err != nil {
 		return nil, structs.NewError(structs.ErrCodeRetryable, "%s: volume %q: another controller operation on the volume did not end in time: %v",
 			name, externalID, err)
@@ -406,7 +406,21 @@ type keyedLock struct {
 // LockVolume locks a volume and returns its unlock, or ctx's error if ctx
 // ends first.
 func (k *volumeLocks) LockVolume(ctx context.Context, pluginID, namespace, volumeID string) (func(), error) {
-	key := pluginID + "\x00" + namespace + "\x00" + volumeID
+	return k.lock(ctx, "volume\x00"+pluginID+"\x00"+namespace+"\x00"+volumeID)
+}
+
+// LockController locks the controller operations on one volume, named by
+// the plugin's ID of it, and returns the unlock, or ctx's error if ctx
+// ends first.
+func (k *volumeLocks) LockController(ctx context.Context, pluginID, externalID string) (func(), error) {
+	return k.lock(ctx, controllerLockKey(pluginID, externalID))
+}
+
+func controllerLockKey(pluginID, externalID string) string {
+	return "controller\x00" + pluginID + "\x00" + externalID
+}
+
+func (k *volumeLocks) lock(ctx context.Context, key string) (func(), error) {
 	k.mu.Lock()
 	if k.locks == nil {
 		k.locks = map[string]*keyedLock{}

@@ -268,7 +268,7 @@ func TestClientCSI_ControllerCallsOnAVolumeDoNotOverlap(t *testing.T) {
 	t.Parallel()
 	h := newCSIHarness(t)
 	vol := h.createVolume(t, "db", fsCaps)
-	key := "controller\x00dev\x00" + vol
+	key := controllerLockKey("dev", vol)
 	refs := func() int {
 		h.c.volumeLocks.mu.Lock()
 		defer h.c.volumeLocks.mu.Unlock()
