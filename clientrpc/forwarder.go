@@ -115,6 +115,22 @@ func (f *Forwarder) CallNode(ctx context.Context, nodeID, method string, args, r
 	return err
 }
 
+// Reachable says whether a call for nodeID has a path: nil when this
+// server or another one holds a session with the node's agent, otherwise
+// the ErrCodeNoNodeConn error a call would fail with. It asks the other
+// servers as CallNode does (Status.HasNodeConn) but calls nothing on the
+// agent: a cheap check before many calls to a node that may be gone.
+func (f *Forwarder) Reachable(ctx context.Context, nodeID string) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if _, ok := f.servers.LocalNodeSession(nodeID); ok {
+		return nil
+	}
+	_, err := f.findServer(nodeID)
+	return err
+}
+
 // callFailed types a call's transport failure: ErrCodeRetryable when ctx
 // cut it short (its error stays the cause), ErrCodeNoNodeConn otherwise
 // (the caller may try another node).

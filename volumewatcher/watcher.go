@@ -37,6 +37,10 @@ type State interface {
 type Backend interface {
 	// State is the current state store (a restore replaces it).
 	State() State
+	// NodeConnected says, cheaply and without calling the agent, whether
+	// some server holds a connection with the node's agent: nil if so,
+	// otherwise why not (the error a node call would fail with).
+	NodeConnected(ctx context.Context, nodeID string) error
 	// NodeDetach runs ClientCSI.NodeDetachVolume on the claim's node,
 	// within ctx.
 	NodeDetach(ctx context.Context, req *structs.ClientCSINodeDetachVolumeRequest) error
@@ -96,6 +100,11 @@ type Watcher struct {
 	mu    sync.Mutex
 	queue *queue
 	seen  map[string]string // key -> signature of its past claims
+
+	// gmu guards gates: the nodes whose agents cannot be reached, by
+	// node ID, with the volumes waiting for them (see nodeGate).
+	gmu   sync.Mutex
+	gates map[string]*nodeGate
 }
 
 // New returns a Watcher.
@@ -122,7 +131,7 @@ func New(cfg Config) *Watcher {
 		cfg.StepTimeout = DefaultStepTimeout
 	}
 	return &Watcher{cfg: cfg, logger: cfg.Logger.Named("volumewatcher"), clock: cfg.Clock, locks: newVolumeLocks(),
-		clients: newClientLimits(cfg.MaxCallsPerClient)}
+		clients: newClientLimits(cfg.MaxCallsPerClient), gates: map[string]*nodeGate{}}
 }
 
 // Run releases claims until ctx ends (leadership lost or shutdown), then
@@ -133,6 +142,9 @@ func (w *Watcher) Run(ctx context.Context) {
 	w.mu.Lock()
 	w.queue, w.seen = q, map[string]string{}
 	w.mu.Unlock()
+	w.gmu.Lock()
+	w.gates = map[string]*nodeGate{}
+	w.gmu.Unlock()
 	defer func() {
 		q.Close()
 		w.mu.Lock()
@@ -153,6 +165,13 @@ func (w *Watcher) Run(ctx context.Context) {
 	q.Close()
 	wg.Wait()
 	w.logger.Debug("disabled")
+}
+
+// currentQueue is the running watcher's queue, nil when it is not running.
+func (w *Watcher) currentQueue() *queue {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.queue
 }
 
 // QueueDepth is how many volumes wait for or are in a release.
@@ -200,6 +219,7 @@ func (w *Watcher) watch(ctx context.Context, q *queue) {
 				}
 			}
 			w.mu.Unlock()
+			w.wakeGatesOnNodeWrites(st, ws, q)
 		}
 		if err := ws.WatchCtx(ctx); err != nil {
 			return
@@ -222,6 +242,11 @@ func (w *Watcher) work(ctx context.Context, q *queue) {
 		if !ok {
 			return
 		}
+		if nodeID, isGate := gateNode(k); isGate {
+			w.recheckNode(ctx, nodeID)
+			q.Done(k)
+			continue
+		}
 		if !w.locks.tryLock(k) {
 			// Another operation on the volume is in flight (a claim's
 			// publish, an operator's detach): its unlock hands the volume
@@ -236,6 +261,9 @@ func (w *Watcher) work(ctx context.Context, q *queue) {
 		}
 		if !res.next.IsZero() {
 			q.AddAt(k, res.next)
+		}
+		for _, nodeID := range res.parked {
+			w.park(nodeID, k, q)
 		}
 		q.Done(k)
 	}
