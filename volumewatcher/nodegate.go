@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -144,12 +145,17 @@ func (w *Watcher) nodeReachable(ctx context.Context, nodeID string, fresh bool) 
 	}
 }
 
+// heartbeatCheckDelay is how long after hearing from a node's agent its
+// gate is checked: a server that forwarded the agent's heartbeat records
+// the agent's session once the leader has answered it, a round trip
+// later.
+const heartbeatCheckDelay = 200 * time.Millisecond
+
 // NodeHeartbeat tells the watcher that this leader just heard from the
 // node's agent (a registration or a heartbeat, which cost no Raft write
-// when nothing changed): a gate closed on the node is checked now rather
-// than at its backoff. The server that holds the agent's session may
-// record it only once the leader has answered; a check that comes too
-// early fails, and the next heartbeat checks again.
+// when nothing changed): a gate closed on the node is checked shortly
+// (heartbeatCheckDelay) rather than at its backoff. A check that still
+// fails waits for the next heartbeat or the gate's backoff.
 func (w *Watcher) NodeHeartbeat(nodeID string) {
 	w.gmu.Lock()
 	g := w.gates[nodeID]
@@ -159,7 +165,7 @@ func (w *Watcher) NodeHeartbeat(nodeID string) {
 		return
 	}
 	if q := w.currentQueue(); q != nil {
-		q.Add(gateKey(nodeID))
+		q.AddAt(gateKey(nodeID), w.clock.Now().Add(heartbeatCheckDelay))
 	}
 }
 

@@ -82,6 +82,9 @@ func TestWatcher_UnreachableNodeParksItsClaims(t *testing.T) {
 	// recorded yet) leaves the claims parked.
 	h.w.NodeHeartbeat(nodeID)
 	h.settle()
+	must.Eq(t, 0, h.backend.takeNodeChecks(), must.Sprint("checked a little later, once the agent's server recorded it"))
+	h.clock.Advance(heartbeatCheckDelay)
+	h.settle()
 	must.Eq(t, 1, h.backend.takeNodeChecks())
 	must.SliceEmpty(t, h.backend.takeCalls())
 	must.SliceEmpty(t, h.backend.takeCheckpoints())
@@ -91,6 +94,7 @@ func TestWatcher_UnreachableNodeParksItsClaims(t *testing.T) {
 	h.backend.setUnreachable(nodeID, nil)
 	h.backend.clearFailures()
 	h.w.NodeHeartbeat(nodeID)
+	h.clock.Advance(heartbeatCheckDelay)
 	h.settle()
 	must.Eq(t, 1, h.backend.takeNodeChecks())
 	calls := h.backend.takeCalls()
