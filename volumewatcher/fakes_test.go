@@ -645,7 +645,7 @@ func (h *harness) idle() (bool, error) {
 	for raw := iter.Next(); raw != nil; raw = iter.Next() {
 		v := raw.(*structs.CSIVolume)
 		k := key(v.Namespace, v.ID)
-		if seen[k] != signature(v) {
+		if seen[k].sig != signature(v) {
 			return false, fmt.Errorf("the watch loop has not seen the past claims of %s yet", k)
 		}
 		var next time.Time

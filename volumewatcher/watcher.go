@@ -99,7 +99,7 @@ type Watcher struct {
 
 	mu    sync.Mutex
 	queue *queue
-	seen  map[string]string // key -> signature of its past claims
+	seen  map[string]seenVolume // key -> the volume as the watch last saw it
 
 	// gmu guards gates: the nodes whose agents cannot be reached, by
 	// node ID, with the volumes waiting for them (see nodeGate).
@@ -140,7 +140,7 @@ func New(cfg Config) *Watcher {
 func (w *Watcher) Run(ctx context.Context) {
 	q := newQueue(w.clock)
 	w.mu.Lock()
-	w.queue, w.seen = q, map[string]string{}
+	w.queue, w.seen = q, map[string]seenVolume{}
 	w.mu.Unlock()
 	w.gmu.Lock()
 	w.gates = map[string]*nodeGate{}
@@ -203,10 +203,17 @@ func (w *Watcher) watch(ctx context.Context, q *queue) {
 				v := raw.(*structs.CSIVolume)
 				k := key(v.Namespace, v.ID)
 				current[k] = true
-				sig := signature(v)
 				w.mu.Lock()
-				changed := w.seen[k] != sig
-				w.seen[k] = sig
+				prev, known := w.seen[k]
+				w.mu.Unlock()
+				if known && prev.vol == v {
+					// The same stored object: not written since.
+					continue
+				}
+				sig := signature(v)
+				changed := !known || prev.sig != sig
+				w.mu.Lock()
+				w.seen[k] = seenVolume{vol: v, sig: sig}
 				w.mu.Unlock()
 				if changed {
 					q.Add(k)
@@ -267,6 +274,15 @@ func (w *Watcher) work(ctx context.Context, q *queue) {
 		}
 		q.Done(k)
 	}
+}
+
+// seenVolume is a volume with past claims as the watch last saw it: the
+// state's object (stored objects are never changed in place, so the same
+// pointer is the same volume, whose signature need not be computed again
+// at every pass) and the signature of its past claims.
+type seenVolume struct {
+	vol *structs.CSIVolume
+	sig string
 }
 
 func key(namespace, id string) string { return namespace + "/" + id }
