@@ -676,6 +676,9 @@ func (h *harness) idle() (bool, error) {
 	if len(seen) != len(want) {
 		return false, fmt.Errorf("the watch loop knows %d volumes, the state has %d", len(seen), len(want))
 	}
+	if err := h.gatesIdle(q); err != nil {
+		return false, err
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.processing) > 0 || len(q.dirty) > 0 {
@@ -686,16 +689,7 @@ func (h *harness) idle() (bool, error) {
 			return false, fmt.Errorf("volume %s is due", k)
 		}
 	}
-	h.w.gmu.Lock()
-	defer h.w.gmu.Unlock()
-	for nodeID, g := range h.w.gates {
-		if g.checking != nil {
-			return false, fmt.Errorf("node %s is being checked", nodeID)
-		}
-		if _, ok := q.ready[gateKey(nodeID)]; !ok && g.err != nil {
-			return false, fmt.Errorf("the gate of node %s is not queued", nodeID)
-		}
-	}
+
 	for k, next := range want {
 		at, ok := q.ready[k]
 		if next.IsZero() {
@@ -710,4 +704,24 @@ func (h *harness) idle() (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// gatesIdle checks that no node is being checked and that every closed
+// gate waits in the queue. The queue's lock is not held with the gates'
+// (the watcher takes it while holding theirs).
+func (h *harness) gatesIdle(q *queue) error {
+	q.mu.Lock()
+	ready := maps.Clone(q.ready)
+	q.mu.Unlock()
+	h.w.gmu.Lock()
+	defer h.w.gmu.Unlock()
+	for nodeID, g := range h.w.gates {
+		if g.checking != nil {
+			return fmt.Errorf("node %s is being checked", nodeID)
+		}
+		if _, ok := ready[gateKey(nodeID)]; !ok && g.err != nil {
+			return fmt.Errorf("the gate of node %s is not queued", nodeID)
+		}
+	}
+	return nil
 }

@@ -134,10 +134,11 @@ func (w *Watcher) nodeReachable(ctx context.Context, nodeID string, fresh bool) 
 		g.err = &errNodeUnreachable{nodeID: nodeID, cause: err}
 		g.attempts++
 		g.nodeIndex = index
-		next := w.clock.Now().Add(w.backoff(g.attempts))
+		checks := g.attempts
+		next := w.clock.Now().Add(w.backoff(checks))
 		err = g.err
 		w.gmu.Unlock()
-		w.logger.Debug("node unreachable: its release steps wait", "node", nodeID, "checks", g.attempts, "next_check", next, "error", err)
+		w.logger.Debug("node unreachable: its release steps wait", "node", nodeID, "checks", checks, "next_check", next, "error", err)
 		if q := w.currentQueue(); q != nil {
 			q.AddAt(gateKey(nodeID), next)
 		}
