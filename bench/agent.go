@@ -115,10 +115,12 @@ type agentCSI struct {
 	failNodeDetach                   atomic.Bool
 
 	// detachedAt records, while recording is set, when each volume's
-	// controller detach (its release's last plugin call) arrived.
-	mu         sync.Mutex
-	recording  bool
-	detachedAt map[string]time.Time
+	// controller detach (its release's last plugin call) arrived, and
+	// firstNodeDetach when the first node detach did.
+	mu              sync.Mutex
+	recording       bool
+	detachedAt      map[string]time.Time
+	firstNodeDetach time.Time
 }
 
 func (c *agentCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequest, reply *structs.ClientCSIEmptyResponse) error {
@@ -127,6 +129,11 @@ func (c *agentCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeReque
 		return structs.NewError(structs.ErrCodeInternal, "benchmark agent: node unpublish of %q told to fail", args.VolumeID)
 	}
 	c.nodeDetaches.Add(1)
+	c.mu.Lock()
+	if c.recording && c.firstNodeDetach.IsZero() {
+		c.firstNodeDetach = time.Now()
+	}
+	c.mu.Unlock()
 	return nil
 }
 
@@ -157,13 +164,14 @@ func (c *agentCSI) ControllerValidateVolume(args *structs.ClientCSIControllerVal
 func (c *agentCSI) record() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.recording, c.detachedAt = true, map[string]time.Time{}
+	c.recording, c.detachedAt, c.firstNodeDetach = true, map[string]time.Time{}, time.Time{}
 }
 
-// recorded stops recording and returns the times recorded.
-func (c *agentCSI) recorded() map[string]time.Time {
+// recorded stops recording and returns the controller detach times
+// recorded and the first node detach's (zero if none came).
+func (c *agentCSI) recorded() (map[string]time.Time, time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.recording = false
-	return c.detachedAt
+	return c.detachedAt, c.firstNodeDetach
 }

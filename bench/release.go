@@ -158,8 +158,15 @@ type releaseRun struct {
 	// The agents' calls during the release.
 	nodeDetaches, controllerDetaches int64
 	// toDetach is, per volume, the time from the first stop to its
-	// controller detach, the last plugin call of its release.
-	toDetach []time.Duration
+	// controller detach, the last plugin call of its release;
+	// firstNodeDetach the time from the first stop to the first node
+	// detach any agent received.
+	toDetach        []time.Duration
+	firstNodeDetach time.Duration
+	// raftEntries is what the leader's Raft log gained from the stops
+	// until every volume was free: the stops, the allocations' updates
+	// and the release checkpoints.
+	raftEntries uint64
 }
 
 // releaseAll stops every job at once and waits until every volume of slots
@@ -182,6 +189,7 @@ func (vp *volplane) releaseAll(ctx context.Context, cfg *Config, jobs []*structs
 	cfg.progress("release: stopping %d jobs at once; %d claims to release", len(jobs), len(slots))
 
 	run := &releaseRun{}
+	idx0 := vp.leader.Raft().LastIndex()
 	g := startGoroutines()
 	u0 := markUsage()
 	stopped := make(chan error, 1)
@@ -233,6 +241,8 @@ func (vp *volplane) releaseAll(ctx context.Context, cfg *Config, jobs []*structs
 		}
 	}
 	u1 := markUsage()
+	idx1 := vp.leader.Raft().LastIndex()
+	run.raftEntries = idx1 - min(idx0, idx1)
 	run.elapsed = u1.at.Sub(u0.at)
 	run.cpu, run.cpuOK = u1.cpu-u0.cpu, u0.cpuOK && u1.cpuOK
 	run.goroutinesBefore, run.peak = g.before, g.peak
@@ -240,8 +250,12 @@ func (vp *volplane) releaseAll(ctx context.Context, cfg *Config, jobs []*structs
 	for _, a := range vp.agents {
 		run.nodeDetaches += a.csi.nodeDetaches.Load()
 		run.controllerDetaches += a.csi.controllerDetaches.Load()
-		for _, t := range a.csi.recorded() {
+		detached, firstNode := a.csi.recorded()
+		for _, t := range detached {
 			run.toDetach = append(run.toDetach, t.Sub(u0.at))
+		}
+		if d := firstNode.Sub(u0.at); !firstNode.IsZero() && (run.firstNodeDetach == 0 || d < run.firstNodeDetach) {
+			run.firstNodeDetach = d
 		}
 	}
 	run.nodeDetaches -= nodeBefore

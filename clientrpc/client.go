@@ -122,6 +122,12 @@ func (c *Client) NodeDetachVolume(ctx context.Context, req *structs.ClientCSINod
 	return c.fwd.CallNode(ctx, req.NodeID, MethodNodeDetachVolume, req, &structs.ClientCSIEmptyResponse{}, req.IsForwarded())
 }
 
+// NodeReachable says whether some server holds a session with the node's
+// agent (see Forwarder.Reachable).
+func (c *Client) NodeReachable(ctx context.Context, nodeID string) error {
+	return c.fwd.Reachable(ctx, nodeID)
+}
+
 // controller runs a controller call on the plugin's controllers in order.
 func (c *Client) controller(ctx context.Context, method, pluginID string, target *structs.ClientCSITarget, w *structs.WriteRequest, args, reply any) error {
 	what := controllerWhat(method)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,17 +38,56 @@ type Forwarder struct {
 	servers Servers
 	timeout time.Duration
 	logger  hclog.Logger
+
+	// routes remembers, per node, the other server that last held the
+	// node's session, so that a run of calls for a node (a release of
+	// hundreds of its volumes) asks the other servers once, not before
+	// every call. A stale route costs one refused call (the server holds
+	// no session, so nothing reached the agent) and then a fresh search.
+	mu     sync.Mutex
+	routes map[string]string
 }
 
 // New returns a Forwarder whose calls to a client end after timeout when
 // their context has no earlier deadline.
 func New(servers Servers, timeout time.Duration, logger hclog.Logger) *Forwarder {
-	return &Forwarder{servers: servers, timeout: timeout, logger: logger}
+	return &Forwarder{servers: servers, timeout: timeout, logger: logger, routes: map[string]string{}}
 }
+
+// noPathPrefix starts the message of ErrNoPath.
+const noPathPrefix = "no path to node "
 
 // ErrNoPath is the error of a call for a node no server reaches.
 func ErrNoPath(nodeID string) error {
-	return structs.NewError(structs.ErrCodeNoNodeConn, "no path to node %q: no server holds a connection with its agent", nodeID)
+	return structs.NewError(structs.ErrCodeNoNodeConn, noPathPrefix+"%q: no server holds a connection with its agent", nodeID)
+}
+
+// isNoPath reports whether err is a server's ErrNoPath: it held no
+// session with the node, so the call reached no agent.
+func isNoPath(err error) bool {
+	return structs.CodeOf(err) == structs.ErrCodeNoNodeConn && strings.HasPrefix(structs.MessageOf(err), noPathPrefix)
+}
+
+func (f *Forwarder) route(nodeID string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	addr, ok := f.routes[nodeID]
+	return addr, ok
+}
+
+func (f *Forwarder) setRoute(nodeID, addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.routes[nodeID] = addr
+}
+
+// forgetRoute drops the node's route if it is still addr.
+func (f *Forwarder) forgetRoute(nodeID, addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.routes[nodeID] == addr {
+		delete(f.routes, nodeID)
+	}
 }
 
 // timedCall is a request that carries how long its caller waits
@@ -98,19 +138,64 @@ func (f *Forwarder) CallNode(ctx context.Context, nodeID, method string, args, r
 	if localOnly {
 		return ErrNoPath(nodeID)
 	}
+	if info, ok := args.(structs.RPCInfo); ok {
+		info.SetForwarded()
+	}
+	if addr, ok := f.route(nodeID); ok {
+		err := f.forward(ctx, addr, nodeID, method, args, reply)
+		if !isNoPath(err) {
+			return err
+		}
+		// The agent moved: the server answered that it holds no
+		// session, so the call reached no agent and is sent again
+		// where the search finds the node.
+		f.forgetRoute(nodeID, addr)
+		if ctx.Err() != nil {
+			return callFailed(ctx, ctx.Err(), "calling %s on node %q", method, nodeID)
+		}
+		left := time.Until(deadline)
+		if t, ok := args.(timedCall); ok {
+			t.SetCallTimeout(left - answerMargin(left))
+		}
+	}
 	addr, err := f.findServer(nodeID)
 	if err != nil {
 		return err
 	}
-	if info, ok := args.(structs.RPCInfo); ok {
-		info.SetForwarded()
-	}
+	f.setRoute(nodeID, addr)
+	return f.forward(ctx, addr, nodeID, method, args, reply)
+}
+
+// forward sends a call marked forwarded to the server at addr, which makes
+// it over its own session with the node. A server that cannot be reached
+// loses its routes.
+func (f *Forwarder) forward(ctx context.Context, addr, nodeID, method string, args, reply any) error {
 	f.logger.Trace("forwarding client call", "method", method, "node_id", nodeID, "server", addr)
 	// The server the call goes to is bounded by the timeout the request
 	// carries, so this waits no longer than that (and the pool's deadline).
-	err = f.servers.ServerRPC(addr, method, args, reply)
+	err := f.servers.ServerRPC(addr, method, args, reply)
 	if rpc.IsConnError(err) {
+		f.forgetRoute(nodeID, addr)
 		return callFailed(ctx, err, "forwarding %s for node %q to server %s", method, nodeID, addr)
+	}
+	return err
+}
+
+// Reachable says whether a call for nodeID has a path: nil when this
+// server or another one holds a session with the node's agent, otherwise
+// the ErrCodeNoNodeConn error a call would fail with. It asks the other
+// servers as CallNode does (Status.HasNodeConn) but calls nothing on the
+// agent: a cheap check before many calls to a node that may be gone.
+func (f *Forwarder) Reachable(ctx context.Context, nodeID string) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if _, ok := f.servers.LocalNodeSession(nodeID); ok {
+		return nil
+	}
+	addr, err := f.findServer(nodeID)
+	if err == nil {
+		f.setRoute(nodeID, addr)
 	}
 	return err
 }

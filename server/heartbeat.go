@@ -45,17 +45,29 @@ func (h *heartbeats) deadline() time.Duration {
 // reset restarts a node's clock; called on every register and heartbeat
 // served by the leader.
 func (h *heartbeats) reset(nodeID string) {
+	if !h.resetTimer(nodeID) {
+		return // not leader
+	}
+	// Release steps held back because no server reached the node's
+	// agent are checked again now that it is heard from.
+	h.srv.volumeWatcher.NodeHeartbeat(nodeID)
+}
+
+// resetTimer restarts the node's clock; false when this server is not
+// the leader.
+func (h *heartbeats) resetTimer(nodeID string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.timers == nil {
-		return // not leader
+		return false
 	}
 	h.last[nodeID] = time.Now()
 	if t, ok := h.timers[nodeID]; ok {
 		t.Reset(h.deadline())
-		return
+		return true
 	}
 	h.timers[nodeID] = time.AfterFunc(h.deadline(), func() { h.expire(nodeID) })
+	return true
 }
 
 // forget drops what is known of a node the GC removed.

@@ -14,6 +14,12 @@ type watcherBackend struct{ s *Server }
 
 func (b watcherBackend) State() volumewatcher.State { return b.s.State() }
 
+// NodeConnected checks, before node calls, that some server holds a
+// session with the node's agent.
+func (b watcherBackend) NodeConnected(ctx context.Context, nodeID string) error {
+	return b.s.clientRPC.NodeReachable(ctx, nodeID)
+}
+
 func (b watcherBackend) NodeDetach(ctx context.Context, req *structs.ClientCSINodeDetachVolumeRequest) error {
 	return b.s.clientRPC.NodeDetachVolume(ctx, req)
 }

@@ -133,6 +133,10 @@ type fakeBackend struct {
 	ctrlReqs []*structs.ClientCSIControllerDetachVolumeRequest
 	inFlight map[string]int // volume -> plugin calls running
 	overlap  []string       // volumes that had two plugin calls at once
+	// unreachable are the nodes whose agents no server reaches, with the
+	// error of NodeConnected; nodeChecks counts its calls.
+	unreachable map[string]error
+	nodeChecks  int
 }
 
 func newFakeBackend(t *testing.T, clock *fakeClock) *fakeBackend {
@@ -204,6 +208,37 @@ func (b *fakeBackend) overlaps() []string {
 }
 
 func (b *fakeBackend) State() State { return countingState{b.store, b} }
+
+// setUnreachable makes NodeConnected fail for node with err, or succeed
+// again with a nil err.
+func (b *fakeBackend) setUnreachable(node string, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.unreachable == nil {
+		b.unreachable = map[string]error{}
+	}
+	if err == nil {
+		delete(b.unreachable, node)
+	} else {
+		b.unreachable[node] = err
+	}
+}
+
+// takeNodeChecks returns the NodeConnected calls since the last take.
+func (b *fakeBackend) takeNodeChecks() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := b.nodeChecks
+	b.nodeChecks = 0
+	return n
+}
+
+func (b *fakeBackend) NodeConnected(ctx context.Context, nodeID string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.nodeChecks++
+	return b.unreachable[nodeID]
+}
 
 func (b *fakeBackend) NodeDetach(ctx context.Context, req *structs.ClientCSINodeDetachVolumeRequest) error {
 	b.mu.Lock()
@@ -610,13 +645,24 @@ func (h *harness) idle() (bool, error) {
 	for raw := iter.Next(); raw != nil; raw = iter.Next() {
 		v := raw.(*structs.CSIVolume)
 		k := key(v.Namespace, v.ID)
-		if seen[k] != signature(v) {
+		if seen[k].sig != signature(v) {
 			return false, fmt.Errorf("the watch loop has not seen the past claims of %s yet", k)
 		}
 		var next time.Time
 		for id, c := range v.PastClaims {
 			if c.State == structs.CSIVolumeClaimStateWaitingForClient {
 				// Left alone until the client's report moves it on.
+				continue
+			}
+			if c.NextAttempt == 0 && c.Note == nodeNote(c.NodeID) {
+				// Parked on its node's gate, which waits in the queue.
+				h.w.gmu.Lock()
+				g := h.w.gates[c.NodeID]
+				parked := g != nil && g.err != nil && g.parked[k]
+				h.w.gmu.Unlock()
+				if !parked {
+					return false, fmt.Errorf("the claim of %s on %s waits for its node but is not parked on its gate", id, k)
+				}
 				continue
 			}
 			due := time.Unix(0, c.NextAttempt)
@@ -630,6 +676,9 @@ func (h *harness) idle() (bool, error) {
 	if len(seen) != len(want) {
 		return false, fmt.Errorf("the watch loop knows %d volumes, the state has %d", len(seen), len(want))
 	}
+	if err := h.gatesIdle(q); err != nil {
+		return false, err
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.processing) > 0 || len(q.dirty) > 0 {
@@ -640,6 +689,7 @@ func (h *harness) idle() (bool, error) {
 			return false, fmt.Errorf("volume %s is due", k)
 		}
 	}
+
 	for k, next := range want {
 		at, ok := q.ready[k]
 		if next.IsZero() {
@@ -654,4 +704,24 @@ func (h *harness) idle() (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// gatesIdle checks that no node is being checked and that every closed
+// gate waits in the queue. The queue's lock is not held with the gates'
+// (the watcher takes it while holding theirs).
+func (h *harness) gatesIdle(q *queue) error {
+	q.mu.Lock()
+	ready := maps.Clone(q.ready)
+	q.mu.Unlock()
+	h.w.gmu.Lock()
+	defer h.w.gmu.Unlock()
+	for nodeID, g := range h.w.gates {
+		if g.checking != nil {
+			return fmt.Errorf("node %s is being checked", nodeID)
+		}
+		if _, ok := ready[gateKey(nodeID)]; !ok && g.err != nil {
+			return fmt.Errorf("the gate of node %s is not queued", nodeID)
+		}
+	}
+	return nil
 }

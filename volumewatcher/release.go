@@ -29,6 +29,8 @@ type result struct {
 	err error
 	// waiting are the allocations whose claims wait for their client.
 	waiting []string
+	// parked are the nodes whose gates hold claims of the volume back.
+	parked []string
 }
 
 // errWaitingForClient ends a claim's pass while its allocation's client
@@ -58,6 +60,8 @@ func (w *Watcher) process(ctx context.Context, k, nodeID string, force bool, rep
 		return result{}
 	}
 	var res result
+	// A forced pass checks each node afresh once, not once per claim.
+	checked := map[string]bool{}
 	for _, allocID := range slices.Sorted(maps.Keys(vol.PastClaims)) {
 		if ctx.Err() != nil {
 			return result{err: ctx.Err()}
@@ -80,7 +84,9 @@ func (w *Watcher) process(ctx context.Context, k, nodeID string, force bool, rep
 		if claim.AttemptInFlight {
 			say("claim of allocation %q: attempt %d of a previous leader did not finish; retrying", allocID, claim.Attempts)
 		}
-		err := w.advance(ctx, vol, claim, say)
+		err := w.advance(ctx, vol, claim, force && !checked[claim.NodeID], say)
+		checked[claim.NodeID] = true
+		unreachable, parked := asUnreachable(err)
 		switch {
 		case err == nil:
 		case errors.Is(err, errWaitingForClient):
@@ -90,6 +96,15 @@ func (w *Watcher) process(ctx context.Context, k, nodeID string, force bool, rep
 			res.waiting = append(res.waiting, allocID)
 		case ctx.Err() != nil:
 			return result{err: ctx.Err()}
+		case parked:
+			// Parked on its node's gate, with no retry time of its own;
+			// the claim says why once, not at every check of the node.
+			w.recordParked(ns, vol, claim, unreachable)
+			say("claim of allocation %q: %s (attempt %d; waits for the node)", allocID, claim.LastError, claim.Attempts)
+			res.parked = append(res.parked, claim.NodeID)
+			if res.err == nil {
+				res.err = structs.Wrap(unreachable, "node detach")
+			}
 		default:
 			if cur, rerr := w.cfg.Backend.State().CSIVolumeByID(nil, ns, id); rerr == nil && cur == nil {
 				// Deregistered during the step (its checkpoint found no
@@ -121,7 +136,7 @@ func earliest(a, b time.Time) time.Time {
 
 // advance takes one past claim through the release, checkpointing after
 // each step, until it is freed, a step fails, or it waits for its client.
-func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim, say func(string, ...any)) error {
+func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim, fresh bool, say func(string, ...any)) error {
 	st := w.cfg.Backend.State()
 	for {
 		if ctx.Err() != nil {
@@ -155,6 +170,17 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 						return errWaitingForClient
 					}
 				}
+				// While no server reaches the node's agent, its claims
+				// wait on the node's gate without a call each (an
+				// operator's detach checks the node afresh).
+				if err := w.closedGate(claim.NodeID); err != nil {
+					if !fresh {
+						return err
+					}
+					if err := w.nodeReachable(ctx, claim.NodeID, true); err != nil {
+						return err
+					}
+				}
 				w.beginAttempt(vol, claim)
 				w.hook(w.cfg.Hooks.Attempt, StepNode)
 				err := w.step(ctx, "node/"+claim.NodeID, func(ctx context.Context) error {
@@ -172,6 +198,19 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 						// call was cancelled, not failed, and the next
 						// leader repeats the step.
 						return ctx.Err()
+					}
+					if structs.CodeOf(err) == structs.ErrCodeNoNodeConn {
+						// The agent could not be reached: one cheap check
+						// of the node (shared by the node's claims that
+						// failed alike) decides whether the claim waits
+						// on its node's gate or backs off on its own
+						// (the agent is connected but did not answer).
+						if uerr := w.nodeReachable(ctx, claim.NodeID, false); uerr != nil {
+							if ctx.Err() != nil {
+								return ctx.Err()
+							}
+							return uerr
+						}
 					}
 					w.hook(w.cfg.Hooks.Failure, StepNode)
 					return structs.Wrap(err, "node detach")
@@ -318,6 +357,24 @@ func (w *Watcher) recordFailure(ns string, vol *structs.CSIVolume, claim *struct
 	return due
 }
 
+// recordParked records on a claim, the first time only, that its node
+// step waits for its node's agent to connect: a failed attempt whose error
+// and note say so, and no retry time of its own (its node's gate has it).
+func (w *Watcher) recordParked(ns string, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim, why *errNodeUnreachable) {
+	msg := structs.MessageOf(structs.Wrap(why, "node detach"))
+	note := nodeNote(claim.NodeID)
+	if claim.LastError == msg && claim.Note == note && claim.NextAttempt == 0 && !claim.AttemptInFlight {
+		return
+	}
+	w.hook(w.cfg.Hooks.Failure, StepNode)
+	claim.Attempts++
+	claim.LastError, claim.Note = msg, note
+	claim.NextAttempt, claim.AttemptInFlight = 0, false
+	if err := w.cfg.Backend.Checkpoint(ns, vol.ID, claim, w.clock.Now()); err != nil {
+		w.logger.Warn("recording a release step that waits for its node", "volume", vol.ID, "alloc", claim.AllocationID, "error", err)
+	}
+}
+
 func (w *Watcher) hook(f func(string), step string) {
 	if f != nil {
 		f(step)
@@ -364,6 +421,11 @@ func (w *Watcher) Detach(ctx context.Context, namespace, volumeID, nodeID string
 		}
 		res := w.process(ctx, k, nodeID, true, report)
 		unlock()
+		if q := w.currentQueue(); q != nil {
+			for _, n := range res.parked {
+				w.park(n, k, q)
+			}
+		}
 		if len(res.waiting) == 0 || res.err != nil {
 			return steps, res.err
 		}

@@ -37,6 +37,10 @@ type State interface {
 type Backend interface {
 	// State is the current state store (a restore replaces it).
 	State() State
+	// NodeConnected says, cheaply and without calling the agent, whether
+	// some server holds a connection with the node's agent: nil if so,
+	// otherwise why not (the error a node call would fail with).
+	NodeConnected(ctx context.Context, nodeID string) error
 	// NodeDetach runs ClientCSI.NodeDetachVolume on the claim's node,
 	// within ctx.
 	NodeDetach(ctx context.Context, req *structs.ClientCSINodeDetachVolumeRequest) error
@@ -95,7 +99,12 @@ type Watcher struct {
 
 	mu    sync.Mutex
 	queue *queue
-	seen  map[string]string // key -> signature of its past claims
+	seen  map[string]seenVolume // key -> the volume as the watch last saw it
+
+	// gmu guards gates: the nodes whose agents cannot be reached, by
+	// node ID, with the volumes waiting for them (see nodeGate).
+	gmu   sync.Mutex
+	gates map[string]*nodeGate
 }
 
 // New returns a Watcher.
@@ -122,7 +131,7 @@ func New(cfg Config) *Watcher {
 		cfg.StepTimeout = DefaultStepTimeout
 	}
 	return &Watcher{cfg: cfg, logger: cfg.Logger.Named("volumewatcher"), clock: cfg.Clock, locks: newVolumeLocks(),
-		clients: newClientLimits(cfg.MaxCallsPerClient)}
+		clients: newClientLimits(cfg.MaxCallsPerClient), gates: map[string]*nodeGate{}}
 }
 
 // Run releases claims until ctx ends (leadership lost or shutdown), then
@@ -131,8 +140,11 @@ func New(cfg Config) *Watcher {
 func (w *Watcher) Run(ctx context.Context) {
 	q := newQueue(w.clock)
 	w.mu.Lock()
-	w.queue, w.seen = q, map[string]string{}
+	w.queue, w.seen = q, map[string]seenVolume{}
 	w.mu.Unlock()
+	w.gmu.Lock()
+	w.gates = map[string]*nodeGate{}
+	w.gmu.Unlock()
 	defer func() {
 		q.Close()
 		w.mu.Lock()
@@ -153,6 +165,13 @@ func (w *Watcher) Run(ctx context.Context) {
 	q.Close()
 	wg.Wait()
 	w.logger.Debug("disabled")
+}
+
+// currentQueue is the running watcher's queue, nil when it is not running.
+func (w *Watcher) currentQueue() *queue {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.queue
 }
 
 // QueueDepth is how many volumes wait for or are in a release.
@@ -184,10 +203,17 @@ func (w *Watcher) watch(ctx context.Context, q *queue) {
 				v := raw.(*structs.CSIVolume)
 				k := key(v.Namespace, v.ID)
 				current[k] = true
-				sig := signature(v)
 				w.mu.Lock()
-				changed := w.seen[k] != sig
-				w.seen[k] = sig
+				prev, known := w.seen[k]
+				w.mu.Unlock()
+				if known && prev.vol == v {
+					// The same stored object: not written since.
+					continue
+				}
+				sig := signature(v)
+				changed := !known || prev.sig != sig
+				w.mu.Lock()
+				w.seen[k] = seenVolume{vol: v, sig: sig}
 				w.mu.Unlock()
 				if changed {
 					q.Add(k)
@@ -200,6 +226,7 @@ func (w *Watcher) watch(ctx context.Context, q *queue) {
 				}
 			}
 			w.mu.Unlock()
+			w.wakeGatesOnNodeWrites(st, ws, q)
 		}
 		if err := ws.WatchCtx(ctx); err != nil {
 			return
@@ -222,6 +249,11 @@ func (w *Watcher) work(ctx context.Context, q *queue) {
 		if !ok {
 			return
 		}
+		if nodeID, isGate := gateNode(k); isGate {
+			w.recheckNode(ctx, nodeID)
+			q.Done(k)
+			continue
+		}
 		if !w.locks.tryLock(k) {
 			// Another operation on the volume is in flight (a claim's
 			// publish, an operator's detach): its unlock hands the volume
@@ -237,8 +269,20 @@ func (w *Watcher) work(ctx context.Context, q *queue) {
 		if !res.next.IsZero() {
 			q.AddAt(k, res.next)
 		}
+		for _, nodeID := range res.parked {
+			w.park(nodeID, k, q)
+		}
 		q.Done(k)
 	}
+}
+
+// seenVolume is a volume with past claims as the watch last saw it: the
+// state's object (stored objects are never changed in place, so the same
+// pointer is the same volume, whose signature need not be computed again
+// at every pass) and the signature of its past claims.
+type seenVolume struct {
+	vol *structs.CSIVolume
+	sig string
 }
 
 func key(namespace, id string) string { return namespace + "/" + id }
