@@ -7,7 +7,6 @@ import (
 
 	"github.com/shoenig/test/must"
 
-	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
@@ -24,20 +23,7 @@ func TestRelease_AgentGoneClaimsWaitForTheNode(t *testing.T) {
 		c.HeartbeatTTL, c.NodeGracePeriod = time.Minute, time.Minute
 	})
 	leader := WaitForLeader(t, servers...)
-	node := mock.NodeWithController("dev")
-	ep := &agentEndpoint{}
-	pool := connectAgent(t, followers(servers, leader)[0], node, ep)
-	registerVolume(t, leader, namedVolume("rel"))
-	req := &structs.VolumeRequest{Source: "rel", AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter,
-		AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem}
-	must.NoError(t, registerJob(t, leader, volumeJob("holder", 1, &structs.VolumeRequest{Source: "rel",
-		AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter})))
-	var alloc *structs.Allocation
-	for _, a := range waitPlaced(t, leader, "holder", 1) {
-		alloc = a
-	}
-	_, err := claimFor(t, leader, node, alloc, "rel", req)
-	must.NoError(t, err)
+	ep, node, alloc, pool := releaseSetupConn(t, servers)
 
 	// The agent goes away; its allocation was reported stopped.
 	must.NoError(t, pool.Close())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/volplane/volplane/api"
 	"github.com/volplane/volplane/mock"
+	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
 )
@@ -21,10 +22,18 @@ import (
 // allocation.
 func releaseSetup(t *testing.T, servers []*Server) (*agentEndpoint, *structs.Node, *structs.Allocation) {
 	t.Helper()
+	ep, node, alloc, _ := releaseSetupConn(t, servers)
+	return ep, node, alloc
+}
+
+// releaseSetupConn is releaseSetup that also returns the agent's
+// connection, to close it.
+func releaseSetupConn(t *testing.T, servers []*Server) (*agentEndpoint, *structs.Node, *structs.Allocation, *rpc.ConnPool) {
+	t.Helper()
 	leader := WaitForLeader(t, servers...)
 	node := mock.NodeWithController("dev")
 	ep := &agentEndpoint{}
-	connectAgent(t, followers(servers, leader)[0], node, ep)
+	pool := connectAgent(t, followers(servers, leader)[0], node, ep)
 	registerVolume(t, leader, namedVolume("rel"))
 	req := &structs.VolumeRequest{Source: "rel", AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter,
 		AttachmentMode: structs.CSIVolumeAttachmentModeFilesystem}
@@ -36,7 +45,7 @@ func releaseSetup(t *testing.T, servers []*Server) (*agentEndpoint, *structs.Nod
 	}
 	_, err := claimFor(t, leader, node, alloc, "rel", req)
 	must.NoError(t, err)
-	return ep, node, alloc
+	return ep, node, alloc, pool
 }
 
 // stopJob stops a job, as an operator does, and then reports its

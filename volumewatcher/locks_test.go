@@ -104,17 +104,24 @@ func TestWatcher_Lock(t *testing.T) {
 	})
 }
 
+// failedNodeStepOnce releases a claim whose first node step fails, and
+// returns the harness and when the step is due again.
+func failedNodeStepOnce(t *testing.T) (*harness, time.Time) {
+	t.Helper()
+	h := newHarness(t)
+	withController(h)
+	h.writer("a1", "client")
+	h.backend.fail(callNode, "", errNodeRestarting, 1)
+	h.start()
+	h.complete("a1")
+	h.settle()
+	h.backend.takeCalls()
+	return h, h.nextAttempt("a1")
+}
+
 func TestWatcher_Attempts(t *testing.T) {
 	t.Run("a retry records its deadline as the next attempt while it runs", func(t *testing.T) {
-		h := newHarness(t)
-		withController(h)
-		h.writer("a1", "client")
-		h.backend.fail(callNode, "", errNodeRestarting, 1)
-		h.start()
-		h.complete("a1")
-		h.settle()
-		h.backend.takeCalls()
-		next := h.nextAttempt("a1")
+		h, next := failedNodeStepOnce(t)
 
 		seen := make(chan *structs.CSIVolumeClaim, 1)
 		h.backend.setDuring(func(_ context.Context, kind string) {
@@ -133,15 +140,7 @@ func TestWatcher_Attempts(t *testing.T) {
 	})
 
 	t.Run("a retry whose leader went is retried at once by the next leader, not at its deadline", func(t *testing.T) {
-		h := newHarness(t)
-		withController(h)
-		h.writer("a1", "client")
-		h.backend.fail(callNode, "", errNodeRestarting, 1)
-		h.start()
-		h.complete("a1")
-		h.settle()
-		h.backend.takeCalls()
-		next := h.nextAttempt("a1")
+		h, next := failedNodeStepOnce(t)
 
 		began := make(chan struct{})
 		h.backend.setDuring(func(ctx context.Context, kind string) {
