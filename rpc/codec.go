@@ -22,6 +22,11 @@ const maxResponseBytes int64 = 1 << 30
 // maxKeptHeaderBuf is the largest header buffer a codec keeps for reuse.
 const maxKeptHeaderBuf = 1024
 
+// maxKeptBodyBuf is the largest body buffer a codec keeps for reuse: every
+// write request and its response fit, and one rare large body does not pin
+// its memory for the connection's life.
+const maxKeptBodyBuf = 64 << 10
+
 // msgCodec is both halves of a msgpack RPC connection. Writes go through
 // net-rpc-msgpackrpc's codec (so the wire form is exactly that library's);
 // reads go through a frameReader and are decoded from bytes (see frameReader
@@ -31,6 +36,12 @@ type msgCodec struct {
 	dec    *codec.Decoder
 	w      *msgpackrpc.MsgpackCodec
 	hdr    []byte // reused buffer for header frames, which decode into strings and ints only
+	// body is the reused buffer for body frames. Reuse is safe because
+	// nothing decoded keeps a reference into it: with MsgpackHandle
+	// (RawToString, no extensions registered, no type with its own binary
+	// or text unmarshalling) the decoder copies every string and []byte out
+	// of its input (TestCodec_BodyBufferReuse).
+	body []byte
 
 	// err is the first read error. It is sticky: once a frame could not be
 	// read or decoded, the stream may be misaligned, so every later read
@@ -75,15 +86,18 @@ func (c *msgCodec) readFrame(v any, header bool) error {
 	if c.err != nil {
 		return c.err
 	}
-	var buf []byte
+	buf := c.body[:0]
 	if header {
 		c.frames.startMessage()
 		buf = c.hdr[:0]
 	}
 	buf, err := c.frames.next(buf)
-	if header && cap(buf) <= maxKeptHeaderBuf {
+	switch {
+	case header && cap(buf) <= maxKeptHeaderBuf:
 		// A rare huge header is not worth keeping for the connection's life.
 		c.hdr = buf
+	case !header && cap(buf) <= maxKeptBodyBuf:
+		c.body = buf
 	}
 	if err == nil && v != nil {
 		c.dec.ResetBytes(buf)

@@ -247,3 +247,57 @@ func TestCallTimeout_BlockingQueries(t *testing.T) {
 	must.Eq(t, base, callTimeout(base, nil))
 	must.Eq(t, base, callTimeout(base, 42))
 }
+
+// A codec reuses its body buffer from one request to the next: nothing
+// decoded from a body may point into it. A second request of the same
+// shape, every byte different, is read over the first one's bytes, and the
+// first request's values (strings, byte slices, an interface map, a time, a
+// volume with sealed secrets) are unchanged.
+func TestCodec_BodyBufferReuse(t *testing.T) {
+	type body struct {
+		Kinds allKinds
+		Vol   *structs.CSIVolume
+	}
+	mk := func(fill byte) body {
+		s := strings.Repeat(string(rune('a'+fill)), 40)
+		b := bytes.Repeat([]byte{fill}, 40)
+		return body{
+			Kinds: allKinds{
+				Strs: []string{s, s[:3]},
+				Bin:  [][]byte{b, b[:5]},
+				Map:  map[string]any{"k": s, "n": []any{s, int64(fill)}},
+				Time: time.Date(2024, 5, 6, 7, 8, int(fill), 10, time.UTC),
+			},
+			Vol: &structs.CSIVolume{ID: "vol-" + s, PluginID: "p-" + s,
+				Parameters:    map[string]string{s: s},
+				SealedSecrets: &structs.Sealed{KeyID: s, Nonce: b[:12], Ciphertext: b},
+				MountOptions:  &structs.CSIMountOptions{FSType: s, MountFlags: []string{s}}},
+		}
+	}
+	first, second := mk(1), mk(2)
+	wire := encodeMsgpack(t,
+		&netrpc.Request{ServiceMethod: "Test.Echo", Seq: 1}, &first,
+		&netrpc.Request{ServiceMethod: "Test.Echo", Seq: 2}, &second)
+
+	sc := NewServerCodec(rwc{bytes.NewReader(wire), io.Discard}, 0)
+	var hdr netrpc.Request
+	var got1, got2 body
+	must.NoError(t, sc.ReadRequestHeader(&hdr))
+	must.NoError(t, sc.ReadRequestBody(&got1))
+	must.NoError(t, sc.ReadRequestHeader(&hdr))
+	must.NoError(t, sc.ReadRequestBody(&got2))
+
+	for _, c := range []struct {
+		got, want body
+	}{{got1, first}, {got2, second}} {
+		must.Eq(t, c.want.Kinds.Strs, c.got.Kinds.Strs)
+		must.Eq(t, c.want.Kinds.Bin, c.got.Kinds.Bin)
+		must.Eq(t, c.want.Kinds.Map["k"], c.got.Kinds.Map["k"])
+		must.Eq(t, c.want.Kinds.Map["n"].([]any)[0], c.got.Kinds.Map["n"].([]any)[0])
+		must.True(t, c.want.Kinds.Time.Equal(c.got.Kinds.Time))
+		must.Eq(t, c.want.Vol.ID, c.got.Vol.ID)
+		must.Eq(t, c.want.Vol.Parameters, c.got.Vol.Parameters)
+		must.Eq(t, c.want.Vol.SealedSecrets, c.got.Vol.SealedSecrets)
+		must.Eq(t, c.want.Vol.MountOptions, c.got.Vol.MountOptions)
+	}
+}

@@ -55,7 +55,10 @@ type keyring struct {
 	mu    sync.Mutex
 	kek   []byte
 	kekID string
-	keys  map[string][]byte // opened root keys by key ID
+	// keys holds the opened root keys by key ID, each as its AES-GCM
+	// cipher: building one (the AES key schedule and GCM tables) cost more
+	// than sealing a volume's secrets, on every register.
+	keys map[string]cipher.AEAD
 }
 
 // errKeystoreMissing is why a server refuses to start.
@@ -68,7 +71,7 @@ func openKeyring(dataDir string, logger hclog.Logger, st func() *state.StateStor
 	k := &keyring{
 		logger: logger.Named("keyring"),
 		state:  st,
-		keys:   map[string][]byte{},
+		keys:   map[string]cipher.AEAD{},
 	}
 	if dataDir == "" {
 		// A dev server without a data dir keeps its Raft log in memory:
@@ -212,14 +215,18 @@ func (k *keyring) newRootKey() (*structs.RootKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	k.keys[id] = key
+	aead, err := newGCM(key)
+	if err != nil {
+		return nil, err
+	}
+	k.keys[id] = aead
 	return &structs.RootKey{KeyID: id, WrappedKey: append(wrapped.Nonce, wrapped.Ciphertext...), KEKID: k.kekID,
 		CreateTime: time.Now().UTC()}, nil
 }
 
-// rootKey returns the opened root key id, unwrapping it from the state
-// (and getting its KEK from another server first when needed).
-func (k *keyring) rootKey(id string) ([]byte, error) {
+// rootKey returns the cipher of the opened root key id, unwrapping it from
+// the state (and getting its KEK from another server first when needed).
+func (k *keyring) rootKey(id string) (cipher.AEAD, error) {
 	k.mu.Lock()
 	key, ok := k.keys[id]
 	k.mu.Unlock()
@@ -241,9 +248,12 @@ func (k *keyring) rootKey(id string) ([]byte, error) {
 	if len(rk.WrappedKey) <= 12 {
 		return nil, fmt.Errorf("root key %s is malformed", id)
 	}
-	key, err = open(k.kek, []byte("root-key/"+id), &structs.Sealed{Nonce: rk.WrappedKey[:12], Ciphertext: rk.WrappedKey[12:]})
+	raw, err := open(k.kek, []byte("root-key/"+id), &structs.Sealed{Nonce: rk.WrappedKey[:12], Ciphertext: rk.WrappedKey[12:]})
 	if err != nil {
 		return nil, fmt.Errorf("unwrapping root key %s: %w", id, err)
+	}
+	if key, err = newGCM(raw); err != nil {
+		return nil, fmt.Errorf("root key %s: %w", id, err)
 	}
 	k.keys[id] = key
 	return key, nil
@@ -262,7 +272,7 @@ func (k *keyring) Seal(aad string, plaintext []byte) (*structs.Sealed, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := seal(key, []byte(aad), plaintext)
+	s, err := sealWith(key, []byte(aad), plaintext)
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +286,7 @@ func (k *keyring) Open(aad string, s *structs.Sealed) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return open(key, []byte(aad), s)
+	return openWith(key, []byte(aad), s)
 }
 
 func seal(key, aad, plaintext []byte) (*structs.Sealed, error) {
@@ -284,6 +294,13 @@ func seal(key, aad, plaintext []byte) (*structs.Sealed, error) {
 	if err != nil {
 		return nil, err
 	}
+	return sealWith(gcm, aad, plaintext)
+}
+
+// sealWith encrypts plaintext with gcm under a fresh random nonce. An AEAD
+// of crypto/cipher keeps no state between calls, so one is shared by
+// concurrent calls.
+func sealWith(gcm cipher.AEAD, aad, plaintext []byte) (*structs.Sealed, error) {
 	nonce := make([]byte, gcm.NonceSize())
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, err
@@ -296,6 +313,10 @@ func open(key, aad []byte, s *structs.Sealed) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return openWith(gcm, aad, s)
+}
+
+func openWith(gcm cipher.AEAD, aad []byte, s *structs.Sealed) ([]byte, error) {
 	if len(s.Nonce) != gcm.NonceSize() {
 		return nil, errors.New("sealed value has a malformed nonce")
 	}

@@ -21,39 +21,36 @@ type Batch struct {
 	bumps map[string]uint64
 }
 
-// UpsertCSIVolume is StateStore.UpsertCSIVolume within the batch.
+// UpsertCSIVolume is StateStore.UpsertCSIVolume within the batch, for
+// volumes the caller gives away (the FSM's, decoded from an entry): a new
+// one is stored as it is, and the caller must not touch vols again.
 func (b *Batch) UpsertCSIVolume(index uint64, vols []*structs.CSIVolume) error {
 	for _, v := range vols {
-		if err := upsertCSIVolumeTxn(b.txn, index, v); err != nil {
+		changed, err := upsertCSIVolumeTxn(b.txn, index, v, true)
+		if err != nil {
 			return err
 		}
-		if err := b.changedVolume(index, v.Namespace, v.ID); err != nil {
-			return err
-		}
+		b.changedVolume(index, changed)
 	}
 	return nil
 }
 
 // CSIVolumeClaim is StateStore.CSIVolumeClaim within the batch.
 func (b *Batch) CSIVolumeClaim(index uint64, now int64, namespace, id string, claim *structs.CSIVolumeClaim) error {
-	if err := claimCSIVolumeTxn(b.txn, index, now, namespace, id, claim); err != nil {
-		return err
-	}
-	return b.changedVolume(index, namespace, id)
-}
-
-// changedVolume notes the volumes table as changed at index if the write at
-// index changed the volume: the writes stamp a row they change with their
-// index, and no two writes of a batch touch one row.
-func (b *Batch) changedVolume(index uint64, namespace, id string) error {
-	v, err := volumeByIDTxn(b.txn, nil, namespace, id)
+	changed, err := claimCSIVolumeTxn(b.txn, index, now, namespace, id, claim)
 	if err != nil {
 		return err
 	}
-	if v != nil && v.ModifyIndex == index {
+	b.changedVolume(index, changed)
+	return nil
+}
+
+// changedVolume notes the volumes table as changed at index if the write at
+// index changed a volume (stamped the row with its index).
+func (b *Batch) changedVolume(index uint64, changed bool) {
+	if changed {
 		b.bumps[TableCSIVolumes] = max(b.bumps[TableCSIVolumes], index)
 	}
-	return nil
 }
 
 // WriteBatch runs f over one write transaction and commits it at index

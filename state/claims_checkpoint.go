@@ -30,7 +30,7 @@ func (s *StateStore) CSIVolumeCheckpoints(index uint64, now int64, namespace str
 		if ns == "" {
 			ns = namespace
 		}
-		err := claimCSIVolumeTxn(txn, index, now, ns, it.VolumeID, it.Claim)
+		_, err := claimCSIVolumeTxn(txn, index, now, ns, it.VolumeID, it.Claim)
 		var rpcErr *structs.Error
 		switch {
 		case err == nil:

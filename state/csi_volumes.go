@@ -54,66 +54,73 @@ func (s *StateStore) UpsertCSIVolume(index uint64, vols []*structs.CSIVolume) er
 	txn := s.writeTxn()
 	defer txn.Abort()
 	for _, v := range vols {
-		if err := upsertCSIVolumeTxn(txn, index, v); err != nil {
+		if _, err := upsertCSIVolumeTxn(txn, index, v, false); err != nil {
 			return err
 		}
 	}
 	return commit(txn, index)
 }
 
-func upsertCSIVolumeTxn(txn *memdb.Txn, index uint64, vol *structs.CSIVolume) error {
+// upsertCSIVolumeTxn writes one volume of a registration and says whether
+// it changed the stored row. With owned set, vol is the caller's to give
+// away (an entry the FSM decoded): a new volume is then stored as it is,
+// without a copy, and the caller must not touch it again.
+func upsertCSIVolumeTxn(txn *memdb.Txn, index uint64, vol *structs.CSIVolume, owned bool) (bool, error) {
 	switch {
 	case vol == nil:
-		return structs.ErrInvalid("volume register: empty volume")
+		return false, structs.ErrInvalid("volume register: empty volume")
 	case vol.ID == "":
-		return structs.ErrInvalid("volume register: missing volume id")
+		return false, structs.ErrInvalid("volume register: missing volume id")
 	case vol.Namespace == "":
-		return structs.ErrInvalid("volume %q: missing namespace", vol.ID)
+		return false, structs.ErrInvalid("volume %q: missing namespace", vol.ID)
 	case vol.PluginID == "":
-		return structs.ErrInvalid("volume %q: missing plugin id", vol.ID)
+		return false, structs.ErrInvalid("volume %q: missing plugin id", vol.ID)
 	}
 	plugin, err := pluginByIDTxn(txn, nil, vol.PluginID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if plugin == nil {
-		return structs.ErrNotFound("volume %q: no CSI plugin named %q could be found", vol.ID, vol.PluginID)
+		return false, structs.ErrNotFound("volume %q: no CSI plugin named %q could be found", vol.ID, vol.PluginID)
 	}
 	existing, err := volumeByIDTxn(txn, nil, vol.Namespace, vol.ID)
 	if err != nil {
-		return err
+		return false, err
 	}
 
 	if existing == nil {
 		if err := namespaceExistsTxn(txn, "volume", vol.ID, vol.Namespace); err != nil {
-			return err
+			return false, err
 		}
-		v := vol.Copy()
+		v := vol
+		if !owned {
+			v = vol.Copy()
+		}
 		// The request may carry the claims of a volume the leader merged
 		// onto and that was deregistered since; they are not this one's.
 		v.ReadClaims, v.WriteClaims, v.PastClaims = nil, nil, nil
 		if err := v.Validate(); err != nil {
-			return err
+			return false, err
 		}
 		v.AccessMode = structs.CSIVolumeAccessModeUnknown
 		v.AttachmentMode = structs.CSIVolumeAttachmentModeUnknown
 		v.CreateIndex, v.ModifyIndex = index, index
-		return insertVolumeTxn(txn, v)
+		return true, insertVolumeTxn(txn, v)
 	}
 
 	v, err := existing.Merge(vol)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := validateWithClaims(v); err != nil {
-		return err
+		return false, err
 	}
 	normalizeVolume(v)
 	if volumesEqual(existing, v) {
-		return nil
+		return false, nil
 	}
 	v.ModifyIndex, v.ModifyTime = index, vol.ModifyTime
-	return insertVolumeTxn(txn, v)
+	return true, insertVolumeTxn(txn, v)
 }
 
 // validateWithClaims validates a volume as a registration would, but for
@@ -330,7 +337,7 @@ func claimingAllocs(v *structs.CSIVolume) []string {
 func (s *StateStore) CSIVolumeClaim(index uint64, now int64, namespace, id string, claim *structs.CSIVolumeClaim) error {
 	txn := s.writeTxn()
 	defer txn.Abort()
-	if err := claimCSIVolumeTxn(txn, index, now, namespace, id, claim); err != nil {
+	if _, err := claimCSIVolumeTxn(txn, index, now, namespace, id, claim); err != nil {
 		return err
 	}
 	return commit(txn, index)
@@ -406,21 +413,23 @@ func checkClaimantTxn(txn *memdb.Txn, vol *structs.CSIVolume, claim *structs.CSI
 	return nil
 }
 
-func claimCSIVolumeTxn(txn *memdb.Txn, index uint64, now int64, namespace, id string, claim *structs.CSIVolumeClaim) error {
+// claimCSIVolumeTxn writes one claim and says whether it changed the
+// stored volume.
+func claimCSIVolumeTxn(txn *memdb.Txn, index uint64, now int64, namespace, id string, claim *structs.CSIVolumeClaim) (bool, error) {
 	existing, v, err := claimTargetTxn(txn, namespace, id, claim)
 	if err != nil {
-		return err
+		return false, err
 	}
 	allocID := claim.AllocationID
 	if claim.State == structs.CSIVolumeClaimStateTaken {
 		if err := checkClaimantTxn(txn, v, claim); err != nil {
-			return err
+			return false, err
 		}
 	}
 
 	prevRead, prevWrite := v.ReadClaims[allocID], v.WriteClaims[allocID]
 	if err := v.Claim(claim); err != nil {
-		return err
+		return false, err
 	}
 	if claim.State == structs.CSIVolumeClaimStateTaken {
 		cur := v.WriteClaims[allocID]
@@ -436,10 +445,10 @@ func claimCSIVolumeTxn(txn *memdb.Txn, index uint64, now int64, namespace, id st
 	setVolumeHealth(v, nil)
 	normalizeVolume(v)
 	if volumesEqual(existing, v) {
-		return nil
+		return false, nil
 	}
 	v.ModifyIndex, v.ModifyTime = index, now
-	return insertVolumeTxn(txn, v)
+	return true, insertVolumeTxn(txn, v)
 }
 
 // CSIVolumeByID returns a copy of the volume with its plugin health derived,
