@@ -119,12 +119,20 @@ func Start(shimExe string, task *structs.Task, paths TaskPaths, env []string) (s
 	return id, nil
 }
 
-// Ended reports whether the shim p identifies has ended. When it has,
-// it kills whatever the task left running in its process group and reaps
-// the shim if it is a child of this process (an agent restarted in the
-// same process, as tests do, finds its earlier shims among its children).
-// The group is killed only while the shim is a zombie: its PID is then
-// still taken, so the group cannot be anyone else's.
+// Ended reports whether the task whose shim p identifies has ended: its
+// shim is gone, and so is every process of the task's process group (what
+// the task left running in the background, or the task itself when its
+// shim was killed). While the shim is gone and some remain, they are
+// killed with SIGKILL and the task has not ended yet: a task is never
+// reported ended while a process it started runs. The shim is reaped if
+// it is a child of this process (an agent restarted in the same process,
+// as tests do, finds its earlier shims among its children); otherwise
+// init reaped it, and it is never seen as a zombie.
+//
+// The group's ID is the shim's PID, which the kernel does not reuse while
+// the shim (even as a zombie) or any member of the group lives: a
+// process with that PID which is not the shim means that the group
+// emptied, and the group found by that ID is the task's.
 func Ended(p state.ProcessID) bool {
 	if p.PID <= 0 {
 		return true
@@ -137,8 +145,17 @@ func Ended(p state.ProcessID) bool {
 		// say): a live process with its PID is taken to be it.
 		return false
 	}
-	if IsZombie(p.PID) {
-		_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+	if p.BootID != "" && p.BootID != bootID() {
+		// Started before the machine rebooted: nothing of it runs.
+		return true
+	}
+	ticks, exists := startTicksOf(p.PID)
+	if exists && p.StartTicks != 0 && ticks != p.StartTicks {
+		// Its PID is another process's.
+		return true
+	}
+	if killGroupLeft(p.PID) {
+		return false
 	}
 	var ws syscall.WaitStatus
 	_, _ = syscall.Wait4(p.PID, &ws, syscall.WNOHANG, nil)
