@@ -13,6 +13,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/volplane/volplane/client/clienttest"
+	"github.com/volplane/volplane/client/execdriver"
 	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/testutil"
@@ -122,6 +123,25 @@ func TestManager_RestartUnrecordedStartAdopts(t *testing.T) {
 	waitTerminalNoneLeft(t, again, dir, structs.AllocClientStatusComplete)
 	st, _ = again.AllocState("a1")
 	must.Eq(t, "task t: stopped (SIGTERM)", st.Tasks["t"].Description)
+}
+
+// The agent stopped after starting the shim but before writing its PID
+// file, and the shim had not written it yet either: the task is found by
+// its shim's environment and taken over, not started a second time.
+func TestManager_RestartStartWithoutPIDFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	t.Cleanup(func() { clienttest.KillTasksUnder(t, dir) })
+	shim := runThenStop(t, dir)
+	setTaskPending(t, dir)
+	must.NoError(t, os.Remove(execdriver.NewTaskPaths(AllocDir(dir, "a1"), "t").PIDFile))
+
+	again := startManager(t, dir, bgJob, allocOf(bgJob, "a1"))
+	waitReported(t, again, "a1", structs.AllocClientStatusRunning)
+	st, _ := again.AllocState("a1")
+	must.Eq(t, shim, st.Tasks["t"].PID, must.Sprint("the running task was taken over, not started again"))
+	again.StopAll("test ends")
+	waitTerminalNoneLeft(t, again, dir, structs.AllocClientStatusComplete)
 }
 
 // setTaskPending rewrites the state file as an agent stopped between the

@@ -194,6 +194,25 @@ func ReadExit(paths TaskPaths) (*state.TaskExit, error) {
 	return &e, nil
 }
 
+// FindShim returns the identity of the live shim of an interrupted start
+// of the task: one started from its spec file whose PID file the agent
+// stopped before writing (and the shim itself did not write yet).
+func FindShim(paths TaskPaths) (state.ProcessID, bool) {
+	if _, err := os.Stat(paths.Spec); err != nil {
+		// Written before any shim of the task starts.
+		return state.ProcessID{}, false
+	}
+	pid, ok := findShim(paths.Spec)
+	if !ok {
+		return state.ProcessID{}, false
+	}
+	p, err := identifyProcess(pid)
+	if err != nil {
+		return state.ProcessID{}, false
+	}
+	return p, true
+}
+
 // ReadPIDFile reads the identity a task's shim recorded as it started.
 func ReadPIDFile(paths TaskPaths) (state.ProcessID, bool) {
 	buf, err := os.ReadFile(paths.PIDFile)

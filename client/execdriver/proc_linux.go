@@ -135,3 +135,30 @@ func inLiveGroup(pid, pgid int) bool {
 	g, err := strconv.Atoi(fields[2])
 	return err == nil && g == pgid
 }
+
+// findShim returns the live process whose environment names spec as its
+// task shim's spec: the shim of a start whose agent stopped before the
+// shim's PID file was written.
+func findShim(spec string) (int, bool) {
+	want := []byte(taskShimEnv + "=" + spec)
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, false
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if bytes.Equal(kv, want) {
+				return pid, true
+			}
+		}
+	}
+	return 0, false
+}
