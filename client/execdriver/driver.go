@@ -4,13 +4,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
+)
+
+// shimReadyFD is the descriptor of the pipe the shim closes once ready
+// (the fourth of ProcAttr.Files); shimReadyTimeout bounds the wait for it.
+const (
+	shimReadyFD      = 3
+	shimReadyTimeout = 10 * time.Second
 )
 
 // TaskPaths are the files of one task.
@@ -69,6 +78,7 @@ func Start(shimExe string, task *structs.Task, paths TaskPaths, env []string) (s
 		}
 	}
 	spec, err := json.Marshal(&shimSpec{
+		ReadyFD: shimReadyFD,
 		Command: command, Args: task.Config.Args, Env: env, Dir: paths.Dir,
 		Stdout: paths.Stdout, Stderr: paths.Stderr, PIDFile: paths.PIDFile, ExitFile: paths.ExitFile,
 	})
@@ -88,19 +98,34 @@ func Start(shimExe string, task *structs.Task, paths TaskPaths, env []string) (s
 		return state.ProcessID{}, err
 	}
 	defer shimLog.Close()
+	// The shim closes its end of this pipe once it handles the signals
+	// a stop sends and recorded its PID: until then a SIGTERM would kill
+	// it without a record of the task's end, and a restarted agent could
+	// not find it by its PID file.
+	ready, readyW, err := os.Pipe()
+	if err != nil {
+		return state.ProcessID{}, err
+	}
+	defer ready.Close()
 	shimEnv := append(os.Environ(), taskShimEnv+"="+paths.Spec)
 	proc, err := os.StartProcess(shimExe, []string{shimExe}, &os.ProcAttr{
 		Dir:   paths.Dir,
 		Env:   shimEnv,
-		Files: []*os.File{devNull, shimLog, shimLog},
+		Files: []*os.File{devNull, shimLog, shimLog, readyW},
 		// Its own group, so that a stop signals the shim and everything
 		// the task started, and nothing else; and so that a signal sent
 		// to the agent's group (a terminal's Ctrl-C) does not reach it.
 		Sys: &syscall.SysProcAttr{Setpgid: true},
 	})
+	readyW.Close()
 	if err != nil {
 		return state.ProcessID{}, fmt.Errorf("starting its supervisor: %w", err)
 	}
+	// The pipe's end of file: the shim is ready, or ended. A shim that
+	// hangs on the way (its files on a stalled disk) is not waited for
+	// longer than shimReadyTimeout.
+	_ = ready.SetReadDeadline(time.Now().Add(shimReadyTimeout))
+	_, _ = io.Copy(io.Discard, ready)
 	pid := proc.Pid
 	// The shim is reaped with wait4 by PID (see Ended); the handle is
 	// not needed.

@@ -130,3 +130,28 @@ func TestEnded_PIDReused(t *testing.T) {
 	must.True(t, Ended(other))
 	must.True(t, Alive(self), must.Sprint("the process with the reused PID was left alone"))
 }
+
+// A stop right after Start returned (an agent restarted at once, or an
+// allocation stopped as it started) finds the shim handling SIGTERM: it
+// survives it and records the task's end (the task got the signal, or
+// started after it and gets the next), never killed before it could
+// record anything.
+func TestStart_ShimReadyForStop(t *testing.T) {
+	t.Parallel()
+	p, paths := startShell(t, t.TempDir(), `touch started; exec sleep 1000`)
+	must.NoError(t, Signal(p, syscall.SIGTERM))
+	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
+		if Ended(p) {
+			return true, nil
+		}
+		_, err := os.Stat(filepath.Join(paths.Dir, "started"))
+		return err == nil, err
+	})
+	must.NoError(t, Signal(p, syscall.SIGTERM))
+	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
+		return Ended(p), errors.New("not ended")
+	})
+	exit, err := ReadExit(paths)
+	must.NoError(t, err, must.Sprint("the shim recorded the task's end"))
+	must.Eq(t, "SIGTERM", exit.Signal)
+}
