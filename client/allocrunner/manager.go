@@ -3,6 +3,7 @@ package allocrunner
 import (
 	"cmp"
 	"context"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -79,13 +80,17 @@ func New(cfg Config) *Manager {
 // Start runs the allocation query loop, the reporter and the restored
 // runners, until ctx ends.
 func (m *Manager) Start(ctx context.Context) {
-	m.cfg.GoFunc(func() { m.rep.run(ctx) })
-	m.cfg.GoFunc(func() { m.watch(ctx) })
+	// The restored runners are started before the query loop, which adds
+	// and starts runners of its own: one it added would otherwise be
+	// taken for a restored one and run twice, starting its tasks twice.
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, r := range m.runners {
+	restored := slices.Collect(maps.Values(m.runners))
+	m.mu.Unlock()
+	for _, r := range restored {
 		m.cfg.GoFunc(func() { r.run(ctx) })
 	}
+	m.cfg.GoFunc(func() { m.rep.run(ctx) })
+	m.cfg.GoFunc(func() { m.watch(ctx) })
 }
 
 // changed tells the client that allocations were learned or ended.

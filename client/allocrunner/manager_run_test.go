@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,13 +34,22 @@ type fakeServers struct {
 	mu      sync.Mutex
 	reply   structs.NodeClientAllocsResponse
 	reports map[string]*structs.AllocClientUpdate
+	// queries counts the allocation queries; queried is signalled after
+	// each.
+	queries int
+	queried chan struct{}
 }
 
 func (f *fakeServers) NodeGetClientAllocs(args *structs.NodeClientAllocsRequest, reply *structs.NodeClientAllocsResponse) error {
 	f.mu.Lock()
 	seen := args.MinQueryIndex >= f.reply.Index
 	*reply = f.reply
+	f.queries++
 	f.mu.Unlock()
+	select {
+	case f.queried <- struct{}{}:
+	default:
+	}
 	if seen {
 		// Nothing changes: wait as a blocking query does.
 		t := time.NewTimer(args.MaxQueryTime)
@@ -102,6 +112,10 @@ type testManager struct {
 	wg      sync.WaitGroup
 	db      *state.DB
 	once    sync.Once
+	// goCalls counts the goroutines the Manager started; afterGo, when
+	// set, is called after each has started, with its number.
+	goCalls atomic.Int64
+	afterGo func(tm *testManager, n int64)
 }
 
 // startManager starts a Manager on dataDir whose servers list the
@@ -109,14 +123,20 @@ type testManager struct {
 // does, leaving its tasks running.
 func startManager(t *testing.T, dataDir string, job *structs.Job, allocs ...*structs.Allocation) *testManager {
 	t.Helper()
+	return startManagerHooked(t, dataDir, nil, job, allocs...)
+}
+
+// startManagerHooked is startManager with afterGo set (see testManager).
+func startManagerHooked(t *testing.T, dataDir string, afterGo func(tm *testManager, n int64), job *structs.Job, allocs ...*structs.Allocation) *testManager {
+	t.Helper()
 	logger := hclog.New(&hclog.LoggerOptions{Name: "allocs", Level: hclog.Debug, Output: &testutil.Buffer{}})
 	db, restored, err := state.OpenDB(dataDir, logger)
 	must.NoError(t, err)
 	usage, err := state.OpenUsageRegistry(dataDir)
 	must.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	tm := &testManager{cancel: cancel, db: db}
-	tm.servers = &fakeServers{done: ctx.Done(), reports: map[string]*structs.AllocClientUpdate{}}
+	tm := &testManager{cancel: cancel, db: db, afterGo: afterGo}
+	tm.servers = &fakeServers{done: ctx.Done(), reports: map[string]*structs.AllocClientUpdate{}, queried: make(chan struct{}, 1)}
 	tm.servers.reply.Index = 10
 	tm.servers.reply.Allocs = allocs
 	tm.servers.reply.Jobs = map[string]*structs.Job{structs.JobKey(job.Namespace, job.ID): job}
@@ -129,6 +149,9 @@ func startManager(t *testing.T, dataDir string, job *structs.Job, allocs ...*str
 		GoFunc: func(f func()) bool {
 			tm.wg.Add(1)
 			go func() { defer tm.wg.Done(); f() }()
+			if n := tm.goCalls.Add(1); tm.afterGo != nil {
+				tm.afterGo(tm, n)
+			}
 			return true
 		},
 		Timing: Timing{

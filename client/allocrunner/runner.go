@@ -196,7 +196,19 @@ func (r *allocRunner) startTasks() {
 		}
 		// Pending. A shim may have started it before the agent could
 		// record so (the agent stopped, or its state file was lost).
-		if p, ok := execdriver.ReadPIDFile(paths); ok && execdriver.Alive(p) {
+		// Its shim may have ended since, leaving processes of the task
+		// running: taken over too, the first poll kills them and judges
+		// the task once they are gone, rather than start it twice.
+		// (A task waiting to restart has its last run's PID file, whose
+		// end was judged already.)
+		// Without a PID file, the agent may have stopped between starting
+		// the shim and writing it, before the shim wrote it itself: the
+		// shim is found by its environment.
+		p, ok := execdriver.ReadPIDFile(paths)
+		if !ok && t.RestartAt == 0 {
+			p, ok = execdriver.FindShim(paths)
+		}
+		if ok && (execdriver.Alive(p) || t.RestartAt == 0 && !execdriver.Ended(p)) {
 			r.updateTask(t.Name, func(t *state.TaskRecord) { t.State, t.Process = state.TaskRunning, p })
 			r.logger.Info("task found running from an earlier start; supervising it", "task", t.Name, "pid", p.PID)
 			continue

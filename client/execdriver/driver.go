@@ -4,13 +4,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/volplane/volplane/client/state"
 	"github.com/volplane/volplane/structs"
+)
+
+// shimReadyFD is the descriptor of the pipe the shim closes once ready
+// (the fourth of ProcAttr.Files); shimReadyTimeout bounds the wait for it.
+const (
+	shimReadyFD      = 3
+	shimReadyTimeout = 10 * time.Second
 )
 
 // TaskPaths are the files of one task.
@@ -69,6 +78,7 @@ func Start(shimExe string, task *structs.Task, paths TaskPaths, env []string) (s
 		}
 	}
 	spec, err := json.Marshal(&shimSpec{
+		ReadyFD: shimReadyFD,
 		Command: command, Args: task.Config.Args, Env: env, Dir: paths.Dir,
 		Stdout: paths.Stdout, Stderr: paths.Stderr, PIDFile: paths.PIDFile, ExitFile: paths.ExitFile,
 	})
@@ -88,19 +98,34 @@ func Start(shimExe string, task *structs.Task, paths TaskPaths, env []string) (s
 		return state.ProcessID{}, err
 	}
 	defer shimLog.Close()
+	// The shim closes its end of this pipe once it handles the signals
+	// a stop sends and recorded its PID: until then a SIGTERM would kill
+	// it without a record of the task's end, and a restarted agent could
+	// not find it by its PID file.
+	ready, readyW, err := os.Pipe()
+	if err != nil {
+		return state.ProcessID{}, err
+	}
+	defer ready.Close()
 	shimEnv := append(os.Environ(), taskShimEnv+"="+paths.Spec)
 	proc, err := os.StartProcess(shimExe, []string{shimExe}, &os.ProcAttr{
 		Dir:   paths.Dir,
 		Env:   shimEnv,
-		Files: []*os.File{devNull, shimLog, shimLog},
+		Files: []*os.File{devNull, shimLog, shimLog, readyW},
 		// Its own group, so that a stop signals the shim and everything
 		// the task started, and nothing else; and so that a signal sent
 		// to the agent's group (a terminal's Ctrl-C) does not reach it.
 		Sys: &syscall.SysProcAttr{Setpgid: true},
 	})
+	readyW.Close()
 	if err != nil {
 		return state.ProcessID{}, fmt.Errorf("starting its supervisor: %w", err)
 	}
+	// The pipe's end of file: the shim is ready, or ended. A shim that
+	// hangs on the way (its files on a stalled disk) is not waited for
+	// longer than shimReadyTimeout.
+	_ = ready.SetReadDeadline(time.Now().Add(shimReadyTimeout))
+	_, _ = io.Copy(io.Discard, ready)
 	pid := proc.Pid
 	// The shim is reaped with wait4 by PID (see Ended); the handle is
 	// not needed.
@@ -119,12 +144,20 @@ func Start(shimExe string, task *structs.Task, paths TaskPaths, env []string) (s
 	return id, nil
 }
 
-// Ended reports whether the shim p identifies has ended. When it has,
-// it kills whatever the task left running in its process group and reaps
-// the shim if it is a child of this process (an agent restarted in the
-// same process, as tests do, finds its earlier shims among its children).
-// The group is killed only while the shim is a zombie: its PID is then
-// still taken, so the group cannot be anyone else's.
+// Ended reports whether the task whose shim p identifies has ended: its
+// shim is gone, and so is every process of the task's process group (what
+// the task left running in the background, or the task itself when its
+// shim was killed). While the shim is gone and some remain, they are
+// killed with SIGKILL and the task has not ended yet: a task is never
+// reported ended while a process it started runs. The shim is reaped if
+// it is a child of this process (an agent restarted in the same process,
+// as tests do, finds its earlier shims among its children); otherwise
+// init reaped it, and it is never seen as a zombie.
+//
+// The group's ID is the shim's PID, which the kernel does not reuse while
+// the shim (even as a zombie) or any member of the group lives: a
+// process with that PID which is not the shim means that the group
+// emptied, and the group found by that ID is the task's.
 func Ended(p state.ProcessID) bool {
 	if p.PID <= 0 {
 		return true
@@ -137,8 +170,17 @@ func Ended(p state.ProcessID) bool {
 		// say): a live process with its PID is taken to be it.
 		return false
 	}
-	if IsZombie(p.PID) {
-		_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+	if p.BootID != "" && p.BootID != bootID() {
+		// Started before the machine rebooted: nothing of it runs.
+		return true
+	}
+	ticks, exists := startTicksOf(p.PID)
+	if exists && p.StartTicks != 0 && ticks != p.StartTicks {
+		// Its PID is another process's.
+		return true
+	}
+	if killGroupLeft(p.PID) {
+		return false
 	}
 	var ws syscall.WaitStatus
 	_, _ = syscall.Wait4(p.PID, &ws, syscall.WNOHANG, nil)
@@ -175,6 +217,25 @@ func ReadExit(paths TaskPaths) (*state.TaskExit, error) {
 		return nil, fmt.Errorf("exit file %s: %w", paths.ExitFile, err)
 	}
 	return &e, nil
+}
+
+// FindShim returns the identity of the live shim of an interrupted start
+// of the task: one started from its spec file whose PID file the agent
+// stopped before writing (and the shim itself did not write yet).
+func FindShim(paths TaskPaths) (state.ProcessID, bool) {
+	if _, err := os.Stat(paths.Spec); err != nil {
+		// Written before any shim of the task starts.
+		return state.ProcessID{}, false
+	}
+	pid, ok := findShim(paths.Spec)
+	if !ok {
+		return state.ProcessID{}, false
+	}
+	p, err := identifyProcess(pid)
+	if err != nil {
+		return state.ProcessID{}, false
+	}
+	return p, true
 }
 
 // ReadPIDFile reads the identity a task's shim recorded as it started.

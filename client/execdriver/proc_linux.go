@@ -9,6 +9,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // procInfo reads what identifies a live process beyond its PID, which the
@@ -72,4 +75,90 @@ func bootID() string {
 func IsZombie(pid int) bool {
 	fields, err := statFields(pid)
 	return err == nil && len(fields) > 0 && fields[0] == "Z"
+}
+
+// startTicksOf returns the start time of process pid, live or zombie, and
+// whether there is a process with that PID.
+func startTicksOf(pid int) (uint64, bool) {
+	fields, err := statFields(pid)
+	if err != nil || len(fields) < 20 {
+		return 0, false
+	}
+	ticks, err := strconv.ParseUint(fields[19], 10, 64)
+	return ticks, err == nil
+}
+
+// killGroupLeft sends SIGKILL to every live process (zombies aside) of
+// process group pgid, and reports whether there was any. Each is
+// signalled through a pidfd opened before its group is checked again, so
+// that a PID reused meanwhile is not signalled.
+func killGroupLeft(pgid int) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		// Cannot tell who is left: signal the group, and count it as
+		// ended once nothing is left to signal.
+		return syscall.Kill(-pgid, syscall.SIGKILL) == nil
+	}
+	left := false
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !inLiveGroup(pid, pgid) {
+			continue
+		}
+		left = true
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			if errors.Is(err, syscall.ESRCH) {
+				continue
+			}
+			// No pidfds (a kernel older than 5.3): the PID was checked
+			// a moment ago.
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			continue
+		}
+		if inLiveGroup(pid, pgid) {
+			_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		}
+		_ = unix.Close(fd)
+	}
+	return left
+}
+
+// inLiveGroup reports whether pid is a live process (not a zombie) of
+// process group pgid.
+func inLiveGroup(pid, pgid int) bool {
+	fields, err := statFields(pid)
+	// fields[0] is the state (field 3), fields[2] the group (field 5).
+	if err != nil || len(fields) < 3 || fields[0] == "Z" || fields[0] == "X" {
+		return false
+	}
+	g, err := strconv.Atoi(fields[2])
+	return err == nil && g == pgid
+}
+
+// findShim returns the live process whose environment names spec as its
+// task shim's spec: the shim of a start whose agent stopped before the
+// shim's PID file was written.
+func findShim(spec string) (int, bool) {
+	want := []byte(taskShimEnv + "=" + spec)
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, false
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if bytes.Equal(kv, want) {
+				return pid, true
+			}
+		}
+	}
+	return 0, false
 }

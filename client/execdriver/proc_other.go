@@ -22,3 +22,19 @@ func bootID() string { return "" }
 
 // IsZombie cannot tell without /proc.
 func IsZombie(pid int) bool { return false }
+
+// startTicksOf cannot tell a process's start time without /proc; it
+// reports whether there is a process with PID pid.
+func startTicksOf(pid int) (uint64, bool) {
+	err := syscall.Kill(pid, 0)
+	return 0, err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// killGroupLeft sends SIGKILL to process group pgid and reports whether
+// it had any member left (without /proc, a zombie counts).
+func killGroupLeft(pgid int) bool {
+	return syscall.Kill(-pgid, syscall.SIGKILL) == nil
+}
+
+// findShim cannot read other processes' environments without /proc.
+func findShim(spec string) (int, bool) { return 0, false }

@@ -46,6 +46,9 @@ func init() {
 // shimSpec is what the agent asks the shim to run, written to a file next
 // to the task's other control files.
 type shimSpec struct {
+	// ReadyFD, when not 0, is a descriptor the shim closes once it
+	// handles the stop signals and wrote its PID file.
+	ReadyFD int `json:",omitempty"`
 	Command string
 	Args    []string
 	// Env is the task's whole environment.
@@ -119,6 +122,10 @@ func runTaskShim(specPath string) int {
 				fmt.Fprintf(os.Stderr, "volplane task shim: %v\n", err)
 			}
 		}
+	}
+	if spec.ReadyFD != 0 {
+		// Closed here, it is not inherited by the task either.
+		_ = syscall.Close(spec.ReadyFD)
 	}
 	exit := runShimCommand(&spec)
 	exit.FinishedAt = structs.NowNano()
