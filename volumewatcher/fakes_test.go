@@ -45,15 +45,15 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+func (c *fakeClock) Until(t time.Time) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ch := make(chan time.Time, 1)
-	if d <= 0 {
+	if !t.After(c.now) {
 		ch <- c.now
 		return ch
 	}
-	c.timers = append(c.timers, fakeTimer{at: c.now.Add(d), ch: ch})
+	c.timers = append(c.timers, fakeTimer{at: t, ch: ch})
 	return ch
 }
 

@@ -9,14 +9,16 @@ import (
 // Clock is the watcher's time, injected so tests can drive backoff.
 type Clock interface {
 	Now() time.Time
-	// After returns a channel that receives once d has passed.
-	After(d time.Duration) <-chan time.Time
+	// Until returns a channel that receives once the clock reaches t. It
+	// takes a time, not a duration, so that a clock moved between a
+	// caller's Now and this call cannot push the deadline past t.
+	Until(t time.Time) <-chan time.Time
 }
 
 type realClock struct{}
 
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (realClock) Now() time.Time                     { return time.Now() }
+func (realClock) Until(t time.Time) <-chan time.Time { return time.After(time.Until(t)) }
 
 // queue is a keyed work queue: a key is never handed to two workers at
 // once, a key added while it is processed is handed out again when that
@@ -105,7 +107,7 @@ func (q *queue) Get() (string, bool) {
 				q.mu.Unlock()
 				return top.key, true
 			}
-			wait = q.clock.After(top.at.Sub(now))
+			wait = q.clock.Until(top.at)
 			break
 		}
 		q.mu.Unlock()

@@ -246,3 +246,30 @@ func TestQueue_Close(t *testing.T) {
 		must.Eq(t, 1, q.Len(), must.Sprint("only k, added before Close"))
 	})
 }
+
+// movingClock is a fake clock that moves on by `by` right after its first
+// Now, as a test's clock may between a Get's Now and its wait.
+type movingClock struct {
+	*fakeClock
+	once sync.Once
+	by   time.Duration
+}
+
+func (c *movingClock) Now() time.Time {
+	now := c.fakeClock.Now()
+	c.once.Do(func() { c.fakeClock.Advance(c.by) })
+	return now
+}
+
+// A clock that reaches a key's time while Get is about to wait for it
+// still hands the key out: Get waits until the key's time, not for a
+// duration measured from a Now that is already past.
+func TestQueue_ClockMovedBeforeTheWait(t *testing.T) {
+	clock := &movingClock{fakeClock: newFakeClock(), by: 200 * time.Millisecond}
+	q := newQueue(clock)
+	defer q.Close()
+	q.AddAt("k", clock.fakeClock.Now().Add(200*time.Millisecond))
+	<-q.wake // taken by a Get that looked before the clock moved
+	r := recv(t, getAsync(q))
+	must.Eq(t, getResult{"k", true}, r)
+}
