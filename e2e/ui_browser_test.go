@@ -6,12 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/shoenig/test/must"
+	"google.golang.org/grpc/codes"
 
+	"github.com/volplane/volplane/plugins/csi/devplugin"
 	"github.com/volplane/volplane/testutil"
 )
 
@@ -185,12 +188,17 @@ func (b *browser) noScriptErrors() {
 // The web UI, in a real browser, against `agent -dev`: the volumes page
 // lists a created volume; running the per_alloc example shows its claims;
 // stopping the job from the UI shows the claims move to freed without a
-// reload; the plugin page shows 1/1 healthy. A screenshot of each page is
-// written (EnvScreenshots), at a laptop's width and a phone's.
+// reload; the plugin page shows 1/1 healthy; the allocation page shows
+// its task's events; a drain that waits for held claims shows on the
+// nodes page and on the node's page with what is left on the node.
+// A screenshot of each page is written (EnvScreenshots), at a laptop's
+// width and a phone's.
 func TestE2E_UI(t *testing.T) {
 	// Chromium first: without it the test skips before starting anything.
 	b := newBrowser(t)
-	a := startDevAgent(t, t.TempDir())
+	dataDir := t.TempDir()
+	stateDir := filepath.Join(dataDir, "devplugin")
+	a := startDevAgent(t, dataDir)
 	b.base = a.httpAddr
 
 	res := a.cli(t, "volume create", writeDevVolumeSpec(t, "database"))
@@ -218,7 +226,11 @@ func TestE2E_UI(t *testing.T) {
 
 	b.open("#/nodes")
 	b.waitText("table tbody td", "ready")
+	b.waitJS("the node eligible, not draining", `[...document.querySelectorAll('table[data-nodes] tbody tr')].some(r =>
+		r.dataset.drain === 'false' && r.dataset.eligibility === 'eligible')`)
 	b.shot("nodes")
+	nodeHref, _ := b.eval("reading the node's link", `document.querySelector('table[data-nodes] tbody td a').getAttribute('href')`).(string)
+	must.StrHasPrefix(t, "#/nodes/", nodeHref)
 
 	// The per_alloc example: web.app[N] claims vol[N].
 	for _, id := range []string{"vol[0]", "vol[1]", "vol[2]"} {
@@ -250,6 +262,9 @@ func TestE2E_UI(t *testing.T) {
 	b.waitText("table tbody td", "published")
 	b.waitText("table tbody td", "writer")
 	b.waitText("pre.log", "wrote")
+	// The task's recent events, the newest first: Started is there.
+	b.waitJS("the task's Started event", `[...document.querySelectorAll('table[data-events="writer"] tbody tr')].some(r =>
+		r.cells[1].textContent === 'Started' && r.cells[2].textContent === 'Task started by client' && /^\d{4}-\d\d-\d\dT/.test(r.cells[0].textContent))`)
 	b.waitJS("both tails read", `[...document.querySelectorAll('pre.log')].length === 2 &&
 		[...document.querySelectorAll('pre.log')].every(p => !p.textContent.includes('Loading'))`)
 	b.shot("allocation")
@@ -269,6 +284,44 @@ func TestE2E_UI(t *testing.T) {
 	b.waitJS("the same page", `window.__notReloaded === true`)
 	b.shot("job-stopped")
 
+	// A drain of the node while the job runs again, with the node
+	// plugin's unpublish failing so that the claims stay on the node: the
+	// nodes page shows the node draining and ineligible, and the node's
+	// page the drain and what is left on it, allocations and their claims,
+	// as node status does. Once unpublish works again the claims are
+	// freed and the page shows the drain complete, without a reload.
+	must.NoError(t, devplugin.SetFault(stateDir, "NodeUnpublishVolume", devplugin.Fault{
+		Code: codes.Unavailable, Message: "e2e: the storage node is busy",
+	}))
+	res = a.cli(t, "job run", filepath.Join("..", "examples", "job-per-alloc.hcl"))
+	must.Zero(t, res.Code, must.Sprint(res))
+	b.open("#/jobs/default/web")
+	b.waitJS("three claims taken again", claims+`.filter(r => r.dataset.state === 'taken').length === 3`)
+	res = a.cli(t, "node drain", "-enable", "-yes", "-deadline", "5m", "-detach", strings.TrimPrefix(nodeHref, "#/nodes/"))
+	must.Zero(t, res.Code, must.Sprint(res))
+	b.open("#/nodes")
+	b.waitJS("the node draining and ineligible", `[...document.querySelectorAll('table[data-nodes] tbody tr')].some(r =>
+		r.dataset.drain === 'true' && r.dataset.eligibility === 'ineligible' && r.cells[5].textContent === 'draining')`)
+	b.shot("nodes-draining")
+	b.open(nodeHref)
+	pair := func(label, prefix string) string {
+		return fmt.Sprintf(`[...document.querySelectorAll('dl.pairs dt')].some(dt =>
+			dt.textContent === %q && dt.nextElementSibling.textContent.startsWith(%q))`, label, prefix)
+	}
+	b.waitJS("the drain with its deadline", pair("Drain", "true (started ")+` &&
+		[...document.querySelectorAll('dl.pairs dd')].some(dd => dd.textContent.includes(', deadline 20'))`)
+	left := `[...document.querySelectorAll('section[aria-label="Drain progress"] tbody tr')]`
+	b.waitJS("three allocations left, each holding its volume", `document.querySelector('[data-drain-left="3"]') !== null &&
+		document.querySelector('[data-drain-left]').textContent === '3 allocations and 3 volume claims left on the node' &&
+		`+left+`.length === 3 && `+left+`.every(r => r.cells[3].textContent === 'stop' && /^vol\[\d\] \(/.test(r.cells[5].textContent))`)
+	b.shot("node-draining")
+	must.NoError(t, devplugin.ClearFaults(stateDir))
+	b.waitJS("the drain complete", pair("Drain", "false")+` && `+pair("Last drain", "complete (started "))
+	b.waitJS("no drain progress", `document.querySelector('section[aria-label="Drain progress"]') === null`)
+	b.shot("node-drained")
+	res = a.cli(t, "job stop", "-detach", "web")
+	must.Zero(t, res.Code, must.Sprint(res))
+
 	// The ACL token field keeps the token in local storage.
 	b.do("entering a token",
 		chromedp.SendKeys(chromedp.Search(`//label[contains(., "ACL token")]/input`), "not-a-real-token"),
@@ -283,6 +336,7 @@ func TestE2E_UI(t *testing.T) {
 		{"#/volumes", "volumes-phone", "database"},
 		{"#/jobs/default/web", "job-phone", "stopped"},
 		{"#/plugins", "plugins-phone", "dev"},
+		{"#/nodes", "nodes-phone", "ineligible"},
 	} {
 		b.open(p.fragment)
 		b.waitText("main", p.text)

@@ -54,9 +54,9 @@ export function Pairs({ pairs, label }) {
 
 export function Status({ value }) {
   const cls = {
-    running: 'ok', ready: 'ok', complete: 'ok', healthy: 'ok', freed: 'ok', true: 'ok',
+    running: 'ok', ready: 'ok', eligible: 'ok', complete: 'ok', healthy: 'ok', freed: 'ok', true: 'ok',
     failed: 'bad', lost: 'bad', down: 'bad', unhealthy: 'bad', false: 'bad',
-    pending: 'wait', 'waiting-for-client': 'wait', unpublishing: 'wait', 'node-detached': 'wait',
+    pending: 'wait', ineligible: 'wait', draining: 'wait', 'waiting-for-client': 'wait', unpublishing: 'wait', 'node-detached': 'wait',
     'controller-detached': 'wait', 'ready-to-free': 'wait', initializing: 'wait', dead: 'muted',
   }[String(value)] || '';
   return <span class={`status ${cls}`}>{String(value)}</span>;

@@ -3,7 +3,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { getToken, setToken } from './api.js';
 import { AllocPage } from './pages/alloc.jsx';
 import { JobPage, JobsPage } from './pages/jobs.jsx';
-import { NodesPage } from './pages/nodes.jsx';
+import { NodePage, NodesPage } from './pages/nodes.jsx';
 import { PluginPage, PluginsPage } from './pages/plugins.jsx';
 import { VolumePage, VolumesPage } from './pages/volumes.jsx';
 import './style.css';
@@ -24,7 +24,7 @@ function route({ parts, query }, navigate) {
     case 'plugins':
       return a ? <PluginPage id={a} /> : <PluginsPage />;
     case 'nodes':
-      return <NodesPage />;
+      return a ? <NodePage id={a} /> : <NodesPage />;
     case 'jobs':
       return a && b ? <JobPage namespace={a} id={b} /> : <JobsPage />;
     case 'allocations':

@@ -1,13 +1,14 @@
 import { useEffect, useState } from 'preact/hooks';
 import { logTail, pathID } from '../api.js';
 import { Loading, Pairs, Status, Table, shortID, time } from '../common.jsx';
+import { taskEvents } from '../drain.js';
 import { useBlocking } from '../hooks.js';
 
 // TAIL_BYTES is how much of the end of each log the page shows.
 const TAIL_BYTES = 4096;
 
 // AllocPage shows an allocation: its volumes with their step, its tasks'
-// states and the tail of each task's stdout and stderr.
+// states and recent events, and the tail of each task's stdout and stderr.
 export function AllocPage({ id }) {
   const alloc = useBlocking(`/v1/allocation/${pathID(id)}`, {}, id);
   const a = alloc.data;
@@ -57,6 +58,22 @@ export function AllocPage({ id }) {
               </tr>
             ))}
           />
+          {Object.entries(a.TaskStates || {}).sort(([x], [y]) => x.localeCompare(y)).map(([task, t]) => (
+            <Table
+              key={`events-${task}`}
+              caption={`Recent events of task ${task}`}
+              head={['Time', 'Type', 'Description']}
+              empty="No events yet"
+              attrs={{ 'data-events': task }}
+              rows={taskEvents(t).map((e, i) => (
+                <tr key={i}>
+                  <td>{time(e.time)}</td>
+                  <td>{e.type}</td>
+                  <td class="wrap">{e.message}</td>
+                </tr>
+              ))}
+            />
+          ))}
           {Object.keys(a.TaskStates || {}).sort().map((task) => (
             <TaskLogs alloc={a} task={task} key={task} />
           ))}
