@@ -48,10 +48,14 @@ func TestRelease_AgentGoneClaimsWaitForTheNode(t *testing.T) {
 	must.StrContains(t, claim.LastError, "no server holds a connection with its agent")
 	must.Eq(t, 0, claim.NextAttempt)
 
-	// Several gate backoffs (50-200ms here) pass with no write to the
-	// claim: the node alone is checked.
+	// Two more checks of the node's gate, each after its backoff (50-200
+	// ms here), and no write to the claim: the node alone is checked.
 	index := getVolume(t, leader, "rel", false).ModifyIndex
-	time.Sleep(time.Second)
+	checks := leader.volumeWatcher.NodeChecks(node.ID)
+	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
+		n := leader.volumeWatcher.NodeChecks(node.ID)
+		return n >= checks+2, fmt.Errorf("%d checks of the node's gate, want %d", n, checks+2)
+	})
 	v := getVolume(t, leader, "rel", false)
 	must.Eq(t, index, v.ModifyIndex, must.Sprint("a parked claim is not written again while its node stays unreachable"))
 	must.NotNil(t, v.PastClaims[alloc.ID])

@@ -152,6 +152,17 @@ func (w *Watcher) nodeReachable(ctx context.Context, nodeID string, fresh bool) 
 // later.
 const heartbeatCheckDelay = 200 * time.Millisecond
 
+// NodeChecks returns how many checks found the node's agent unreachable
+// since its gate closed, 0 while no gate is closed on it.
+func (w *Watcher) NodeChecks(nodeID string) int {
+	w.gmu.Lock()
+	defer w.gmu.Unlock()
+	if g := w.gates[nodeID]; g != nil && g.err != nil {
+		return g.attempts
+	}
+	return 0
+}
+
 // NodeHeartbeat tells the watcher that this leader just heard from the
 // node's agent (a registration or a heartbeat, which cost no Raft write
 // when nothing changed): a gate closed on the node is checked shortly
