@@ -61,6 +61,8 @@ func outputWriter(ui cli.Ui) io.Writer {
 	switch u := ui.(type) {
 	case *cli.BasicUi:
 		return u.Writer
+	case *lineUI:
+		return u.Writer
 	case *cli.MockUi:
 		return u.OutputWriter
 	case *cli.ColoredUi:

@@ -129,7 +129,7 @@ func builtinCommands(ui cli.Ui, stdin io.Reader) map[string]cli.CommandFactory {
 // Run runs the command line args (without the program name) on the
 // process's standard streams and returns the exit code.
 func Run(args []string) int {
-	ui := &cli.BasicUi{Reader: os.Stdin, Writer: os.Stdout, ErrorWriter: os.Stderr}
+	ui := &lineUI{cli.BasicUi{Reader: os.Stdin, Writer: os.Stdout, ErrorWriter: os.Stderr}}
 	return RunWithUi(args, ui)
 }
 
