@@ -9,8 +9,11 @@ const TOPICS = ['CSIClaim', 'CSIVolume'];
 // ClaimsTable shows the claims on volumes (a list of {namespace, id}) that
 // accept lets through, with each claim's state, attempts, last error and
 // next attempt, kept live from the event stream: every step of a release
-// shows as it happens, and a freed claim stays, marked freed.
-export function ClaimsTable({ volumes, accept = () => true, caption = 'Claims', actions }) {
+// shows as it happens, and a freed claim stays, marked freed. acceptKey
+// changes when what accept lets through does (a job's new allocations):
+// the claims are read again, since events of claims it refused before it
+// knew them are gone.
+export function ClaimsTable({ volumes, accept = () => true, acceptKey = '', caption = 'Claims', actions }) {
   const [rows, setRows] = useState([]);
   const [error, setError] = useState(null);
   const wanted = new Set(volumes.map((v) => volumeKey(v.namespace, v.id)));
@@ -35,7 +38,7 @@ export function ClaimsTable({ volumes, accept = () => true, caption = 'Claims', 
   };
   useEffect(() => {
     load();
-  }, [ids]);
+  }, [ids, acceptKey]);
 
   const live = useEvents(TOPICS, (ev) => {
     const p = ev.Payload || {};

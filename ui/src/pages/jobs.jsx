@@ -106,6 +106,7 @@ export function JobPage({ namespace, id }) {
           <ClaimsTable
             volumes={[...volumes.values()]}
             accept={(c) => allocIDs.has(c.AllocationID)}
+            acceptKey={[...allocIDs].sort().join('|')}
             caption={`Claims of job ${id}`}
           />
           <div class="actions">
