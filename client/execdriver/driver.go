@@ -125,7 +125,12 @@ func Start(shimExe string, task *structs.Task, paths TaskPaths, env []string) (s
 	// hangs on the way (its files on a stalled disk) is not waited for
 	// longer than shimReadyTimeout.
 	_ = ready.SetReadDeadline(time.Now().Add(shimReadyTimeout))
-	_, _ = io.Copy(io.Discard, ready)
+	if _, err := io.Copy(io.Discard, ready); err != nil {
+		// Said in the task's supervisor log: the task is tracked by its
+		// PID from here on as any other.
+		fmt.Fprintf(shimLog, "%s agent: the supervisor did not report ready within %s (%v); going on without it\n",
+			time.Now().UTC().Format(time.RFC3339), shimReadyTimeout, err)
+	}
 	pid := proc.Pid
 	// The shim is reaped with wait4 by PID (see Ended); the handle is
 	// not needed.
