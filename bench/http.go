@@ -149,6 +149,9 @@ func runHTTP(ctx context.Context, cfg *Config, dir string, rep *Report) (err err
 		samples, wall, err := drive(ctx, ops, writers, func(i int) error {
 			return httpRegister(ctx, client, leader.httpAddr, first+i)
 		})
+		// Each level's connections go: they count against the server's
+		// per-address limit.
+		client.CloseIdleConnections()
 		if err != nil {
 			return fmt.Errorf("registering over HTTP with %d writers: %w", writers, err)
 		}
@@ -221,6 +224,11 @@ func httpRegister(ctx context.Context, client *http.Client, addr string, n int) 
 	if err != nil {
 		return err
 	}
+	// The same register sent twice is one register: the key lets the
+	// transport send it again on a fresh connection when the server closed
+	// the kept-alive one it went out on (net/http retries only requests
+	// it may replay).
+	req.Header.Set("Idempotency-Key", v.ID)
 	return sendDiscard(client, req, "PUT /v1/volume/csi/"+v.ID)
 }
 

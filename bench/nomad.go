@@ -480,8 +480,7 @@ func runHTTPNomad(ctx context.Context, cfg *Config, dir string, rep *Report) (er
 	}
 
 	next := map[string]int{"nomad": 1, "volplane": 1}
-	registerSide := func(name, addr string, writers int) *side {
-		client := &http.Client{Timeout: callTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: writers}}
+	registerSide := func(name, addr string, writers int, client *http.Client) *side {
 		return &side{name: name, run: func(n int) ([]time.Duration, time.Duration, error) {
 			first := next[name]
 			next[name] += n
@@ -495,8 +494,13 @@ func runHTTPNomad(ctx context.Context, cfg *Config, dir string, rep *Report) (er
 		if writers == 1 {
 			ops = max(1, ops/4)
 		}
-		sides := []*side{registerSide("nomad", nc.leader.httpAddr, writers), registerSide("volplane", leader.httpAddr, writers)}
-		if err := interleave(cfg, PhaseHTTPNomad, writers, ops, min(cfg.Rounds, ops), sides); err != nil {
+		client := &http.Client{Timeout: callTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: writers}}
+		sides := []*side{registerSide("nomad", nc.leader.httpAddr, writers, client), registerSide("volplane", leader.httpAddr, writers, client)}
+		err := interleave(cfg, PhaseHTTPNomad, writers, ops, min(cfg.Rounds, ops), sides)
+		// Each level's connections go: they count against the servers'
+		// per-address limits.
+		client.CloseIdleConnections()
+		if err != nil {
 			return err
 		}
 		rep.addNomad(writers, &sides[0].s, &sides[1].s)
