@@ -9,33 +9,53 @@ import (
 
 // BenchmarkCSIVolumeStubs lists every volume, as the volume list endpoint
 // does without paging. Ten plugins, so each list reads ten plugin rows.
+// "unchanged" lists a state that did not change since the last list (the
+// list memo answers); "written" writes one volume before each list, so
+// every list scans the store, as lists do under a steady stream of writes.
 func BenchmarkCSIVolumeStubs(b *testing.B) {
 	for _, n := range []int{1_000, 10_000} {
-		b.Run(fmt.Sprintf("volumes=%d", n), func(b *testing.B) {
-			s := TestStateStore(b)
-			for i := range 10 {
-				node := healthyNodePlugin(fmt.Sprintf("node-%d", i), fmt.Sprintf("plugin-%d", i))
-				if err := s.UpsertNode(uint64(i+1), node); err != nil {
+		for _, written := range []bool{false, true} {
+			name := fmt.Sprintf("volumes=%d/unchanged", n)
+			if written {
+				name = fmt.Sprintf("volumes=%d/written", n)
+			}
+			b.Run(name, func(b *testing.B) {
+				s := TestStateStore(b)
+				for i := range 10 {
+					node := healthyNodePlugin(fmt.Sprintf("node-%d", i), fmt.Sprintf("plugin-%d", i))
+					if err := s.UpsertNode(uint64(i+1), node); err != nil {
+						b.Fatal(err)
+					}
+				}
+				vols := make([]*structs.CSIVolume, n)
+				for i := range vols {
+					vols[i] = testVolume(fmt.Sprintf("vol-%05d", i), fmt.Sprintf("plugin-%d", i%10))
+					vols[i].Topologies = []*structs.CSITopology{{Segments: map[string]string{"zone": "a"}}}
+				}
+				if err := s.UpsertCSIVolume(100, vols); err != nil {
 					b.Fatal(err)
 				}
-			}
-			vols := make([]*structs.CSIVolume, n)
-			for i := range vols {
-				vols[i] = testVolume(fmt.Sprintf("vol-%05d", i), fmt.Sprintf("plugin-%d", i%10))
-				vols[i].Topologies = []*structs.CSITopology{{Segments: map[string]string{"zone": "a"}}}
-			}
-			if err := s.UpsertCSIVolume(100, vols); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				stubs, _, err := s.CSIVolumeStubs(nil, structs.DefaultNamespace, "", "", "", 0)
-				if err != nil || len(stubs) != n {
-					b.Fatalf("got %d stubs, err %v", len(stubs), err)
+				index := uint64(100)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					if written {
+						b.StopTimer()
+						index++
+						v := vols[int(index)%n].Copy()
+						v.MountOptions = &structs.CSIMountOptions{FSType: fmt.Sprint("fs-", index)}
+						if err := s.UpsertCSIVolume(index, []*structs.CSIVolume{v}); err != nil {
+							b.Fatal(err)
+						}
+						b.StartTimer()
+					}
+					stubs, _, err := s.CSIVolumeStubs(nil, structs.DefaultNamespace, "", "", "", 0)
+					if err != nil || len(stubs) != n {
+						b.Fatalf("got %d stubs, err %v", len(stubs), err)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 

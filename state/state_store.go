@@ -25,6 +25,10 @@ type StateStore struct {
 	// events publishes every committed write (see events.go); nil for a
 	// snapshot, which is never written.
 	events *EventBroker
+
+	// stubs memoizes complete volume lists (see stubMemo); shared with the
+	// store's snapshots, whose scans are keyed by their own indexes.
+	stubs *stubMemo
 }
 
 // NewStateStore returns an empty store.
@@ -33,7 +37,7 @@ func NewStateStore() (*StateStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: building schema: %w", err)
 	}
-	s := &StateStore{db: db, abandonCh: make(chan struct{})}
+	s := &StateStore{db: db, abandonCh: make(chan struct{}), stubs: &stubMemo{}}
 	s.events = newEventBroker(s)
 	return s, nil
 }
@@ -48,7 +52,7 @@ type StateSnapshot struct {
 // Snapshot returns a point-in-time view of the store. It costs O(1): memdb
 // trees are immutable, so the view shares them.
 func (s *StateStore) Snapshot() (*StateSnapshot, error) {
-	return &StateSnapshot{StateStore{db: s.db.Snapshot(), abandonCh: make(chan struct{})}}, nil
+	return &StateSnapshot{StateStore{db: s.db.Snapshot(), abandonCh: make(chan struct{}), stubs: s.stubs}}, nil
 }
 
 // AbandonCh is closed by Abandon. Blocking queries add it to their watch set

@@ -63,13 +63,15 @@ type gzipRecent struct {
 
 type gzipEntry struct{ plain, gz []byte }
 
-func (g *gzipRecent) compress(body []byte) []byte {
+// compress returns body gzipped. A shared body (never changed by anyone)
+// is kept as it is rather than copied, and found again by its address.
+func (g *gzipRecent) compress(body []byte, shared bool) []byte {
 	if len(body) < gzipCachedMin {
 		return gzipBytes(body)
 	}
 	g.mu.Lock()
 	for _, e := range g.entries {
-		if bytes.Equal(e.plain, body) {
+		if sameBytes(e.plain, body) || bytes.Equal(e.plain, body) {
 			g.mu.Unlock()
 			return e.gz
 		}
@@ -81,8 +83,19 @@ func (g *gzipRecent) compress(body []byte) []byte {
 		copy(g.entries, g.entries[1:])
 		g.entries = g.entries[:len(g.entries)-1]
 	}
-	// The caller's buffer is reused once written: keep a copy.
-	g.entries = append(g.entries, gzipEntry{plain: bytes.Clone(body), gz: gz})
+	plain := body
+	if !shared {
+		// The caller's buffer is reused once written: keep a copy.
+		plain = bytes.Clone(body)
+	}
+	g.entries = append(g.entries, gzipEntry{plain: plain, gz: gz})
 	g.mu.Unlock()
 	return gz
+}
+
+// sameBytes reports whether a and b are the same bytes in memory: a shared
+// body written again, which needs no comparison. An entry keeps its plain
+// body alive, so no other buffer can have its address.
+func sameBytes(a, b []byte) bool {
+	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }

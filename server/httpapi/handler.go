@@ -435,9 +435,13 @@ func orEmpty[T any](s []T) []T {
 	return s
 }
 
-// rawJSON is a body an endpoint encoded itself (from a cache), written as
-// it is.
+// rawJSON is a body an endpoint encoded itself (from a cache) in a pooled
+// buffer, written as it is and then handed back to the pool.
 type rawJSON []byte
+
+// sharedJSON is a body an endpoint encoded itself that other requests
+// share: written as it is, never changed or pooled.
+type sharedJSON []byte
 
 // writeJSON encodes out fully before writing anything, so an encoding
 // failure still becomes a clean 500 instead of half a body. ?pretty indents,
@@ -445,9 +449,16 @@ type rawJSON []byte
 // it is large enough (writeBody).
 func (h *handler) writeJSON(w http.ResponseWriter, r *http.Request, out any) {
 	_, pretty := r.URL.Query()["pretty"]
+	if shared, ok := out.(sharedJSON); ok {
+		if !pretty {
+			h.writeBody(w, r, shared, true)
+			return
+		}
+		out = json.RawMessage(shared)
+	}
 	if raw, ok := out.(rawJSON); ok {
 		if !pretty {
-			h.writeBody(w, r, raw)
+			h.writeBody(w, r, raw, false)
 			putBuffer(raw)
 			return
 		}
@@ -463,16 +474,17 @@ func (h *handler) writeJSON(w http.ResponseWriter, r *http.Request, out any) {
 		h.writeError(w, r, structs.NewError(structs.ErrCodeInternal, "encoding response: %v", err))
 		return
 	}
-	h.writeBody(w, r, buf.Bytes())
+	h.writeBody(w, r, buf.Bytes(), false)
 }
 
 // writeBody writes an encoded JSON body, gzipped when the client accepts
-// it and the body is large enough.
-func (h *handler) writeBody(w http.ResponseWriter, r *http.Request, body []byte) {
+// it and the body is large enough. A shared body is one nobody changes
+// (sharedJSON), which the gzip cache may keep as it is.
+func (h *handler) writeBody(w http.ResponseWriter, r *http.Request, body []byte, shared bool) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Add("Vary", "Accept-Encoding")
 	if len(body) >= gzipMinSize && acceptsGzip(r) {
-		body = h.gz.compress(body)
+		body = h.gz.compress(body, shared)
 		w.Header().Set("Content-Encoding", "gzip")
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))

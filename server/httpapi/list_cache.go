@@ -38,6 +38,29 @@ type stubCache struct {
 	byNS  map[string]map[string]*stubEntry
 	// gen numbers the complete lists, for the sweep of deleted volumes.
 	gen atomic.Uint64
+
+	// last is a large list encoded twice in a row, by the identity of its
+	// stubs: the state store hands out the same slice for a list polled at
+	// an unchanged state (its list memo), whose body is then the same too.
+	// seen is the latest large list encoded, whose body is kept only once
+	// it comes again: lists under a stream of writes, each different, cost
+	// no copy.
+	lastMu sync.Mutex
+	last   encodedList
+	seen   []*structs.CSIVolListStub
+}
+
+// encodedList is a list's stubs and their body. The body is shared
+// between the requests that write it: nobody changes or pools it.
+type encodedList struct {
+	stubs []*structs.CSIVolListStub
+	body  []byte
+}
+
+// sameStubs reports whether a and b are the same slice (not merely equal
+// ones). last keeps its slice alive, so no other can take its address.
+func sameStubs(a, b []*structs.CSIVolListStub) bool {
+	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }
 
 type stubEntry struct {
@@ -88,10 +111,42 @@ type listScope struct {
 	namespace string
 }
 
+// minSharedList is the size from which a list's body is kept for the next
+// request that lists the very same stubs.
+const minSharedList = 256
+
 // encode returns the JSON array of stubs, as json.Encoder would write it
-// (a trailing newline included), from the cache where it can. The buffer
-// comes from a pool: the caller hands it back with putBuffer once written.
-func (c *stubCache) encode(stubs []*structs.CSIVolListStub, scope listScope) ([]byte, error) {
+// (a trailing newline included), from the cache where it can. A pooled
+// buffer is the caller's to hand back with putBuffer once written; one
+// that is not pooled is shared and must be left as it is.
+func (c *stubCache) encode(stubs []*structs.CSIVolListStub, scope listScope) (body []byte, pooled bool, err error) {
+	if len(stubs) < minSharedList {
+		body, err := c.encodeStubs(stubs, scope)
+		return body, true, err
+	}
+	c.lastMu.Lock()
+	last, again := c.last, sameStubs(c.seen, stubs)
+	c.seen = stubs
+	c.lastMu.Unlock()
+	if sameStubs(last.stubs, stubs) {
+		return last.body, false, nil
+	}
+	if body, err = c.encodeStubs(stubs, scope); err != nil {
+		return nil, false, err
+	}
+	if !again {
+		return body, true, nil
+	}
+	// Listed twice at the same state: this body is kept for the next
+	// requests and shared with them, out of the pool.
+	c.lastMu.Lock()
+	c.last = encodedList{stubs: stubs, body: body}
+	c.lastMu.Unlock()
+	return body, false, nil
+}
+
+// encodeStubs is encode without the whole-list reuse.
+func (c *stubCache) encodeStubs(stubs []*structs.CSIVolListStub, scope listScope) ([]byte, error) {
 	parts := make([][]byte, len(stubs))
 	var misses []int
 	var gen uint64

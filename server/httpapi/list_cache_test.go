@@ -42,7 +42,7 @@ func TestStubCache_SameBytesAsEncodingJSON(t *testing.T) {
 	stubs := testStubs(50, "default")
 	all := listScope{complete: true, namespace: "*"}
 	for range 2 {
-		got, err := c.encode(stubs, all)
+		got, _, err := c.encode(stubs, all)
 		must.NoError(t, err)
 		must.Eq(t, string(encodeStd(t, stubs)), string(got))
 	}
@@ -52,11 +52,11 @@ func TestStubCache_SameBytesAsEncodingJSON(t *testing.T) {
 	stubs[3].NodesHealthy = 0
 	stubs[3].Schedulable = false
 	stubs[3].UnschedulableReason = "no healthy node plugin"
-	got, err := c.encode(stubs, all)
+	got, _, err := c.encode(stubs, all)
 	must.NoError(t, err)
 	must.Eq(t, string(encodeStd(t, stubs)), string(got))
 
-	empty, err := c.encode(nil, all)
+	empty, _, err := c.encode(nil, all)
 	must.NoError(t, err)
 	must.Eq(t, "[]\n", string(empty))
 }
@@ -67,7 +67,7 @@ func TestStubCache_DeletedVolumesDropped(t *testing.T) {
 	c := newStubCache(0)
 	a := testStubs(10, "a")
 	b := testStubs(5, "b")
-	_, err := c.encode(append(append([]*structs.CSIVolListStub{}, a...), b...), listScope{complete: true, namespace: "*"})
+	_, _, err := c.encode(append(append([]*structs.CSIVolListStub{}, a...), b...), listScope{complete: true, namespace: "*"})
 	must.NoError(t, err)
 	n, _ := c.size()
 	must.Eq(t, 15, n)
@@ -77,20 +77,20 @@ func TestStubCache_DeletedVolumesDropped(t *testing.T) {
 	must.Eq(t, 14, n)
 
 	// A prefix list of namespace a holding two volumes sweeps nothing.
-	_, err = c.encode(a[1:3], listScope{namespace: "a"})
+	_, _, err = c.encode(a[1:3], listScope{namespace: "a"})
 	must.NoError(t, err)
 	n, _ = c.size()
 	must.Eq(t, 14, n)
 
 	// A complete list of namespace a without a[1] and a[2] drops them and
 	// leaves namespace b alone.
-	_, err = c.encode(a[3:], listScope{complete: true, namespace: "a"})
+	_, _, err = c.encode(a[3:], listScope{complete: true, namespace: "a"})
 	must.NoError(t, err)
 	n, _ = c.size()
 	must.Eq(t, 12, n)
 
 	// A complete list of every namespace drops what it does not hold.
-	_, err = c.encode(b[:1], listScope{complete: true, namespace: "*"})
+	_, _, err = c.encode(b[:1], listScope{complete: true, namespace: "*"})
 	must.NoError(t, err)
 	n, _ = c.size()
 	must.Eq(t, 1, n)
@@ -104,7 +104,7 @@ func TestStubCache_Bounded(t *testing.T) {
 	limit := 20 * (len(one) + len(stubs[0].ID) + stubEntryOverhead)
 	c := newStubCache(limit)
 	for range 3 {
-		got, err := c.encode(stubs, listScope{complete: true, namespace: "*"})
+		got, _, err := c.encode(stubs, listScope{complete: true, namespace: "*"})
 		must.NoError(t, err)
 		must.Eq(t, string(encodeStd(t, stubs)), string(got))
 		n, bytes := c.size()
@@ -149,9 +149,47 @@ func TestVolumeList_Gzip(t *testing.T) {
 func TestGzipRecent_ReusesIdenticalBody(t *testing.T) {
 	var g gzipRecent
 	body := bytes.Repeat([]byte(`{"ID":"x"},`), gzipCachedMin/10+1)
-	first := g.compress(body)
-	again := g.compress(bytes.Clone(body))
+	first := g.compress(body, false)
+	again := g.compress(bytes.Clone(body), false)
 	must.True(t, &first[0] == &again[0], must.Sprint("the identical body reuses the compressed one"))
-	other := g.compress(append(bytes.Clone(body), 'y'))
+	other := g.compress(append(bytes.Clone(body), 'y'), false)
 	must.True(t, &first[0] != &other[0], must.Sprint("a different body is compressed anew"))
+}
+
+// A large list whose stubs are the very slice encoded before (the state
+// store's memo of an unchanged list) is answered, from its second request
+// on, with the same body, shared rather than pooled; equal stubs in
+// another slice are encoded again, as is the slice once it differs, and
+// nothing is kept of a list seen once.
+func TestStubCache_SameSliceSharesItsBody(t *testing.T) {
+	c := newStubCache(0)
+	stubs := testStubs(minSharedList, "default")
+	all := listScope{complete: true, namespace: "*"}
+	want := string(encodeStd(t, stubs))
+	first, pooled, err := c.encode(stubs, all)
+	must.NoError(t, err)
+	must.True(t, pooled, must.Sprint("a list seen once is not kept"))
+	must.Eq(t, want, string(first))
+	putBuffer(first)
+
+	second, pooled, err := c.encode(stubs, all)
+	must.NoError(t, err)
+	must.False(t, pooled, must.Sprint("the second request keeps its body"))
+	must.Eq(t, want, string(second))
+	third, pooled, err := c.encode(stubs, all)
+	must.NoError(t, err)
+	must.False(t, pooled)
+	must.True(t, &second[0] == &third[0], must.Sprint("the same stubs share the body kept"))
+
+	copied := append([]*structs.CSIVolListStub(nil), stubs...)
+	_, pooled, err = c.encode(copied, all)
+	must.NoError(t, err)
+	must.True(t, pooled, must.Sprint("another slice is encoded anew"))
+
+	small := testStubs(minSharedList-1, "default")
+	for range 3 {
+		_, pooled, err = c.encode(small, all)
+		must.NoError(t, err)
+		must.True(t, pooled, must.Sprint("a small list is not kept"))
+	}
 }

@@ -42,9 +42,12 @@ func (h *handler) volumeList(w http.ResponseWriter, r *http.Request) (any, error
 		complete:  args.Prefix == "" && args.PluginID == "" && args.NodeID == "" && args.PerPage == 0 && args.NextToken == "",
 		namespace: args.RequestNamespace(),
 	}
-	body, err := h.stubs.encode(reply.Volumes, scope)
+	body, pooled, err := h.stubs.encode(reply.Volumes, scope)
 	if err != nil {
 		return nil, structs.NewError(structs.ErrCodeInternal, "encoding response: %v", err)
+	}
+	if !pooled {
+		return sharedJSON(body), nil
 	}
 	return rawJSON(body), nil
 }
