@@ -102,8 +102,8 @@ func TestCheckpointBatcher_GroupsWaitingCheckpoints(t *testing.T) {
 
 // TestRelease_ManyClaimsShareRaftEntries: a job of many allocations, each
 // with a volume of its own, is stopped at once; every claim is released
-// (node detach, controller detach) and freed with fewer Raft entries than
-// claims, where one entry per step would take two per claim.
+// (node detach, controller detach) and freed with one checkpoint each (the
+// node step shares the free's write), in fewer Raft entries than claims.
 func TestRelease_ManyClaimsShareRaftEntries(t *testing.T) {
 	const n = 24
 	servers := TestCluster(t, 1, fastRelease)
@@ -154,6 +154,6 @@ func TestRelease_ManyClaimsShareRaftEntries(t *testing.T) {
 		}
 	}
 	t.Logf("%d claims released: %d single checkpoint entries, %d batch entries carrying %d checkpoints", n, singles, batches, batched)
-	must.Eq(t, 2*n, singles+batched, must.Sprint("two checkpoints per claim: node-detached, then free"))
+	must.Eq(t, n, singles+batched, must.Sprint("one checkpoint per claim: node-detached and free in one"))
 	must.Less(t, n, singles+batches, must.Sprint("fewer entries than claims"))
 }

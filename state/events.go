@@ -515,10 +515,20 @@ func claimEvents(index uint64, before, after *structs.CSIVolume) []Event {
 			if was.state == structs.CSIVolumeClaimStateReadyToFree {
 				continue // already announced as freed
 			}
-			if was.state == structs.CSIVolumeClaimStateNodeDetached {
+			if after != nil && was.state.ReleaseOrder() < structs.CSIVolumeClaimStateNodeDetached.ReleaseOrder() {
+				// Freed from before the node step: the watcher writes a
+				// node step it made (never one it skipped) together with
+				// the controller step and the free. Each step is
+				// announced as it was when it had a write of its own.
+				events = append(events, claimEvent(index, vol, id, EventClaimNodeDetached,
+					claimView{was.claim, structs.CSIVolumeClaimStateNodeDetached}))
+				was.state = structs.CSIVolumeClaimStateNodeDetached
+			}
+			if after != nil && was.state == structs.CSIVolumeClaimStateNodeDetached {
 				// The release's controller step and its free are one
 				// write: the step is announced as it was when it had a
-				// write of its own.
+				// write of its own. A volume deregistered (after == nil)
+				// made no step: its claims are only gone.
 				events = append(events, claimEvent(index, vol, id, EventClaimControllerDetached,
 					claimView{was.claim, structs.CSIVolumeClaimStateControllerDetached}))
 			}
@@ -527,6 +537,12 @@ func claimEvents(index uint64, before, after *structs.CSIVolume) []Event {
 			typ = claimTypes[now.state]
 			if now.state == structs.CSIVolumeClaimStateNodeDetached && now.claim.Note != "" {
 				typ = EventClaimNodeDetachSkipped
+			}
+			if hadIt && now.claim.Attempts > was.claim.Attempts {
+				// A step done and the next one failed, in one write (a
+				// node step, then its controller step): both are told.
+				events = append(events, claimEvent(index, vol, id, typ, now))
+				typ = EventClaimReleaseFailed
 			}
 		case now.claim.Attempts > was.claim.Attempts:
 			typ = EventClaimReleaseFailed

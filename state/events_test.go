@@ -366,3 +366,52 @@ func TestEvents_FreeFromNodeDetachedAnnouncesTheControllerStep(t *testing.T) {
 	}, kinds(got))
 	must.Eq(t, "controller-detached", got[2].Payload.(*CSIClaimEvent).State)
 }
+
+// TestEvents_NodeStepSharedWithTheNextWrite: the watcher writes a node step
+// it made together with what follows it: the free (controller step done or
+// skipped), or the controller step's failure. The stream still shows each
+// step at that write's index, and the failure. A volume deregistered with
+// a claim being released announces no step that was not made: only that
+// the claim is gone.
+func TestEvents_NodeStepSharedWithTheNextWrite(t *testing.T) {
+	s := TestStateStore(t)
+	must.NoError(t, s.UpsertNode(10, healthyNodePlugin("n1", "p")))
+	vols := []*structs.CSIVolume{testVolume("vol", "p"), testVolume("vol2", "p")}
+	must.NoError(t, s.UpsertCSIVolume(11, vols))
+	must.NoError(t, s.UpsertAllocs(20, []*structs.Allocation{testAlloc("a1", "n1"), testAlloc("a2", "n1")}))
+	c1, c2 := writeClaim("a1", "n1"), writeClaim("a2", "n1")
+	must.NoError(t, s.CSIVolumeClaim(21, 21000, ns, "vol", c1))
+	must.NoError(t, s.CSIVolumeClaim(22, 22000, ns, "vol2", c2))
+	sub := subscribe(t, s, 0, TopicCSIClaim)
+
+	releaseStep(t, s, 23, c1, structs.CSIVolumeClaimStateUnpublishing)
+	releaseStep(t, s, 24, c1, structs.CSIVolumeClaimStateReadyToFree)
+
+	c2.State = structs.CSIVolumeClaimStateUnpublishing
+	must.NoError(t, s.CSIVolumeClaim(25, 25000, ns, "vol2", c2))
+	failed := c2.Copy()
+	failed.Attempts, failed.LastError, failed.NextAttempt = 1, "controller detach: busy", 99000
+	failed.State = structs.CSIVolumeClaimStateNodeDetached
+	must.NoError(t, s.CSIVolumeClaim(26, 26000, ns, "vol2", failed))
+	done := testAlloc("a2", "n1")
+	done.DesiredStatus, done.ClientStatus = structs.AllocDesiredStatusStop, structs.AllocClientStatusComplete
+	must.NoError(t, s.UpsertAllocs(27, []*structs.Allocation{done}))
+	must.NoError(t, s.CSIVolumeDeregister(28, ns, []string{"vol2"}, true))
+
+	got := queued(t, sub)
+	must.Eq(t, []string{
+		"23 CSIClaim ClaimReleasing vol",
+		"24 CSIClaim ClaimNodeDetached vol",
+		"24 CSIClaim ClaimControllerDetached vol",
+		"24 CSIClaim ClaimFreed vol",
+		"25 CSIClaim ClaimReleasing vol2",
+		"26 CSIClaim ClaimNodeDetached vol2",
+		"26 CSIClaim ClaimReleaseFailed vol2",
+		"28 CSIClaim ClaimFreed vol2",
+	}, kinds(got))
+	must.Eq(t, "node-detached", got[1].Payload.(*CSIClaimEvent).State)
+	failure := got[6].Payload.(*CSIClaimEvent)
+	must.Eq(t, "node-detached", failure.State)
+	must.Eq(t, 1, failure.Attempts)
+	must.Eq(t, "controller detach: busy", failure.LastError)
+}

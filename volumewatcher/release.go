@@ -136,6 +136,7 @@ func earliest(a, b time.Time) time.Time {
 
 // advance takes one past claim through the release, checkpointing after
 // each step, until it is freed, a step fails, or it waits for its client.
+// A node step done and the controller step after it share one checkpoint.
 func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim, fresh bool, say func(string, ...any)) error {
 	st := w.cfg.Backend.State()
 	for {
@@ -217,7 +218,19 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 				}
 				claim.Note = ""
 				say("node detach of allocation %q on node %q done", claim.AllocationID, claim.NodeID)
+				// The node step done is not written on its own: the
+				// controller step follows at once, and its write (the
+				// free) or its failure's records the claim node-detached
+				// too. A leader that dies in between leaves the claim
+				// where it was, and the next one repeats the node step,
+				// which is idempotent (the volume is already unpublished
+				// there). One Raft write and one commit wait per claim
+				// fewer.
+				claim.State = structs.CSIVolumeClaimStateNodeDetached
+				claim.Attempts, claim.LastError, claim.NextAttempt, claim.AttemptInFlight = 0, "", 0, false
+				continue
 			}
+			// A skipped node step is written on its own, with its note.
 			claim.State = structs.CSIVolumeClaimStateNodeDetached
 		case structs.CSIVolumeClaimStateNodeDetached:
 			detach, why, err := w.needsControllerDetach(st, vol, claim)
