@@ -28,6 +28,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/volplane/volplane/server"
+	"github.com/volplane/volplane/volumewatcher"
 )
 
 // Phases that can be selected with Config.Phases.
@@ -114,9 +115,11 @@ const (
 	// leader must release, each with a node and a controller detach.
 	ReleaseTargetRate = 1000.0
 	// ReleaseTargetGoroutines is the most goroutines a release may add to
-	// the process at its peak: a few per release worker, where a goroutine
-	// per volume would add about Config.ReleaseVolumes.
-	ReleaseTargetGoroutines = 100
+	// the process at its peak: three per release worker (the worker and,
+	// during its call, the call's writer and the handlers that forward and
+	// serve it), where a goroutine per volume would add about
+	// Config.ReleaseVolumes.
+	ReleaseTargetGoroutines = 3 * volumewatcher.DefaultWorkers
 	// ReleaseTargetBackoffCores is the most CPU, in cores, the process may
 	// use while the releases of a stopped agent back off: a busy loop
 	// would take a whole core or more.
