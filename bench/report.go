@@ -386,7 +386,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			r.Config.ReleaseVolumes, r.ReleaseJobs, joinInts(r.ReleasePerAgent, " + "))
 		fmt.Fprintln(w, "  plugin (controller publish), in a 3-server cluster of its own; then every job was stopped at once (conc: the")
 		fmt.Fprintln(w, "  Job.Deregister calls in flight). ops/s is releases/s until a list shows every volume free, each release a node")
-		fmt.Fprintln(w, "  and a controller detach over the agents' yamux sessions (agent1's through a follower) and 2 checkpoints,")
+		fmt.Fprintln(w, "  and a controller detach over the agents' yamux sessions (agent1's through a follower) and 1 checkpoint,")
 		fmt.Fprintln(w, "  which concurrent releases share Raft entries for (message type 27);")
 		fmt.Fprintln(w, "  p50/p99: from the stops to a volume's controller detach, its last plugin call. CPU and goroutines are the")
 		fmt.Fprintln(w, "  whole process's (3 servers, 2 agents, the benchmark), which bounds the leader's; raft + is the entries the")

@@ -76,7 +76,7 @@ Usage: volplane bench [options]
             their own (with the node's secret; a controller publish each);
             then every job is stopped at once and the phase waits until
             every volume is free (each release: a node detach, a controller
-            detach, two checkpoints, which concurrent releases share
+            detach, one checkpoint, which concurrent releases share
             Raft entries for). Reports releases/s, the
             process's CPU per release and the goroutines it added at the
             peak. Then the volumes are claimed again, the first agent is
