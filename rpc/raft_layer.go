@@ -24,6 +24,11 @@ type RaftLayer struct {
 	connCh    chan net.Conn
 	closeCh   chan struct{}
 	closeOnce sync.Once
+
+	// served are the connections Accept handed out whose handler has not
+	// closed them yet (see Drain).
+	mu     sync.Mutex
+	served map[*servedConn]struct{}
 }
 
 var _ raft.StreamLayer = (*RaftLayer)(nil)
@@ -37,6 +42,7 @@ func NewRaftLayer(addr net.Addr, tlsConfig func() *tls.Config) *RaftLayer {
 		tls:     tlsConfig,
 		connCh:  make(chan net.Conn),
 		closeCh: make(chan struct{}),
+		served:  map[*servedConn]struct{}{},
 	}
 }
 
@@ -75,10 +81,65 @@ func (l *RaftLayer) Accept() (net.Conn, error) {
 	}
 	select {
 	case conn := <-l.connCh:
-		return conn, nil
+		c := &servedConn{Conn: conn, layer: l, closed: make(chan struct{})}
+		l.mu.Lock()
+		l.served[c] = struct{}{}
+		l.mu.Unlock()
+		return c, nil
 	case <-l.closeCh:
 		return nil, fmt.Errorf("raft layer closed: %w", net.ErrClosed)
 	}
+}
+
+// servedConn is a connection Accept handed to Raft's transport, which
+// serves it in a goroutine of its own that nothing waits for; that
+// goroutine closes it when it ends, whatever the reason.
+type servedConn struct {
+	net.Conn
+	layer  *RaftLayer
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *servedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.layer.mu.Lock()
+		delete(c.layer.served, c)
+		c.layer.mu.Unlock()
+		close(c.closed)
+	})
+	return err
+}
+
+// Drain closes every connection Accept handed out and waits, until
+// timeout at most, for the transport's goroutines that serve them to end,
+// and reports whether they all did. Call it after Raft and its transport
+// shut down and before the Raft stores close: the transport answers a
+// heartbeat in the serving goroutine itself, and one that began before
+// Raft shut down may still write the current term to the store.
+func (l *RaftLayer) Drain(timeout time.Duration) bool {
+	l.mu.Lock()
+	served := make([]*servedConn, 0, len(l.served))
+	for c := range l.served {
+		served = append(served, c)
+	}
+	l.mu.Unlock()
+	// The underlying connections: a goroutine reading its next command
+	// fails now, and one answering a command fails at its answer.
+	for _, c := range served {
+		c.Conn.Close()
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for _, c := range served {
+		select {
+		case <-c.closed:
+		case <-t.C:
+			return false
+		}
+	}
+	return true
 }
 
 // Close makes Accept and Handoff fail from now on. It does not touch the

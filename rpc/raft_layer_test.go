@@ -62,3 +62,57 @@ func TestRaftLayer_NetworkTransport(t *testing.T) {
 	must.Eq(t, uint64(7), resp.Term)
 	<-served
 }
+
+// Drain closes the connections Accept handed out and waits for the
+// goroutine serving each to close it: one in the middle of a command (as
+// a heartbeat writing the term to the store) is waited for; a connection
+// whose goroutine never ends makes Drain give up at its timeout.
+func TestRaftLayer_DrainWaitsForServingGoroutines(t *testing.T) {
+	l := NewRaftLayer(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}, nil)
+	accept := func() (net.Conn, net.Conn) {
+		a, b := net.Pipe()
+		go func() { _ = l.Handoff(a) }()
+		conn, err := l.Accept()
+		must.NoError(t, err)
+		return conn, b
+	}
+	conn, peer := accept()
+	defer peer.Close()
+	processing, release, ended := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		// The transport's goroutine: it reads a command, works on it,
+		// answers, and closes the connection when it ends.
+		defer close(ended)
+		defer conn.Close()
+		var cmd [1]byte
+		if _, err := io.ReadFull(conn, cmd[:]); err != nil {
+			return
+		}
+		close(processing)
+		<-release
+		_, _ = conn.Write(cmd[:])
+	}()
+	_, err := peer.Write([]byte{7})
+	must.NoError(t, err)
+	<-processing
+
+	drained := make(chan bool, 1)
+	go func() { drained <- l.Drain(time.Minute) }()
+	// Drain closed the connection underneath (the peer sees it), and still
+	// waits for the command in progress.
+	_, err = peer.Read(make([]byte, 1))
+	must.Error(t, err)
+	select {
+	case <-drained:
+		t.Fatal("Drain returned while a command was being served")
+	default:
+	}
+	close(release)
+	must.True(t, <-drained)
+	<-ended
+
+	// A connection whose serving goroutine never closes it.
+	_, peer2 := accept()
+	defer peer2.Close()
+	must.False(t, l.Drain(10*time.Millisecond))
+}

@@ -8,11 +8,18 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-uuid"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
+
+// raftDrainTimeout bounds how long a shutdown waits for the Raft
+// transport's goroutines serving other servers' connections to end (see
+// rpc.RaftLayer.Drain). Their connections are closed by then, so they end
+// at once unless one is in the middle of a store write.
+const raftDrainTimeout = 5 * time.Second
 
 const (
 	nodeIDFile      = "node-id"

@@ -365,6 +365,11 @@ func (s *Server) Shutdown() error {
 		}
 		if s.raftLayer != nil {
 			s.raftLayer.Close()
+			// Before the stores close: a heartbeat being answered when Raft
+			// shut down still writes the term (Raft panics if it cannot).
+			if !s.raftLayer.Drain(raftDrainTimeout) {
+				s.logger.Warn("Raft connections still served after shutdown", "waited", raftDrainTimeout)
+			}
 		}
 		// The pools first: an endpoint forwarding a blocking query to
 		// another server is waiting on them, and the mux waits for it.
