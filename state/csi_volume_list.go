@@ -1,6 +1,8 @@
 package state
 
 import (
+	"cmp"
+	"slices"
 	"strings"
 	"sync"
 
@@ -32,8 +34,10 @@ func (s *StateStore) CSIVolumeStubs(ws memdb.WatchSet, namespace, prefix, plugin
 // the list comes from the store's memo when neither the volumes nor the
 // plugins changed since the same scan was made: a list polled at an
 // unchanged state costs neither memdb's iteration nor the building of its
-// stubs. A complete scan made here is memoized for the next one; a page
-// that misses the memo scans only as far as its page, as before.
+// stubs. After writes of a few volumes (and none of the plugins), the
+// memo's scan is patched with those volumes read again (see patchStubs).
+// A complete scan made here is memoized for the next one; a page that
+// misses the memo scans only as far as its page, as before.
 func (s *StateStore) CSIVolumeStubsIn(ws memdb.WatchSet, namespace, prefix, pluginID, nextToken string, perPage int,
 	allow func(namespace string) bool) ([]*structs.CSIVolListStub, string, error) {
 	var start volumeKey
@@ -57,6 +61,13 @@ func (s *StateStore) CSIVolumeStubsIn(ws memdb.WatchSet, namespace, prefix, plug
 		return nil, "", err
 	}
 	all, ok := s.stubs.get(key)
+	if !ok {
+		// An older scan of the same list, with the volumes written since
+		// read again, is what a scan would give.
+		if all, ok = s.patchStubs(txn, key); ok {
+			s.stubs.put(key, all)
+		}
+	}
 	if !ok {
 		if nextToken != "" || perPage > 0 {
 			return scanStubs(txn, nil, namespace, prefix, pluginID, nextToken, start, perPage, allow)
@@ -227,4 +238,190 @@ func (m *stubMemo) put(key memoKey, stubs []*structs.CSIVolListStub) {
 		m.scans[0] = memoScan{}
 		m.scans = m.scans[1:]
 	}
+}
+
+// patchStubs brings the memo's scan of key's list at an older state up to
+// date: the volumes written since (volumeChanges) are read again and
+// merged into it by their place in list order. It declines (false) when
+// there is no such scan, when the plugins changed (every stub's health may
+// have), when the record of writes does not cover the interval, or when so
+// many volumes changed that a scan costs less. Rows read by ID cost more
+// than rows iterated, hence the bound.
+func (s *StateStore) patchStubs(txn *memdb.Txn, key memoKey) ([]*structs.CSIVolListStub, bool) {
+	old, from, ok := s.stubs.older(key)
+	if !ok {
+		return nil, false
+	}
+	changed, ok := s.changes.between(from, key.volumes, len(old)/8+16)
+	if !ok {
+		return nil, false
+	}
+	health := map[string]pluginHealth{}
+	out := make([]*structs.CSIVolListStub, 0, len(old)+len(changed))
+	i := 0
+	for _, k := range changed {
+		for i < len(old) && (volumeKey{old[i].Namespace, old[i].ID}).less(k) {
+			out = append(out, old[i])
+			i++
+		}
+		if i < len(old) && old[i].Namespace == k.namespace && old[i].ID == k.id {
+			i++ // replaced below, or deleted
+		}
+		v, err := volumeByIDTxn(txn, nil, k.namespace, k.id)
+		if err != nil {
+			return nil, false
+		}
+		if v == nil || !key.lists(v) {
+			continue
+		}
+		h, ok := health[v.PluginID]
+		if !ok {
+			p, err := pluginByIDTxn(txn, nil, v.PluginID)
+			if err != nil {
+				return nil, false
+			}
+			h = healthOf(p)
+			health[v.PluginID] = h
+		}
+		stub := v.Stub()
+		setStubHealth(stub, h)
+		out = append(out, stub)
+	}
+	return append(out, old[i:]...), true
+}
+
+// lists reports whether a volume belongs to the list key names, by the
+// same rules as volumesByNamespaceTxn and volumesByPluginTxn.
+func (k memoKey) lists(v *structs.CSIVolume) bool {
+	return (k.namespace == AllNamespaces || v.Namespace == k.namespace) && strings.HasPrefix(v.ID, k.prefix) &&
+		(k.pluginID == "" || v.PluginID == k.pluginID)
+}
+
+// older returns the memo's scan of the same list as key at an older state
+// of the volumes and the same of the plugins, with its volumes index.
+func (m *stubMemo) older(key memoKey) ([]*structs.CSIVolListStub, uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, sc := range m.scans {
+		k := sc.key
+		if k.namespace == key.namespace && k.prefix == key.prefix && k.pluginID == key.pluginID &&
+			k.plugins == key.plugins && k.volumes < key.volumes {
+			return sc.stubs, k.volumes, true
+		}
+	}
+	return nil, 0, false
+}
+
+// maxVolumeChanges bounds the record of volume writes.
+const maxVolumeChanges = 8192
+
+// volumeChanges records which volumes the latest writes of the volumes
+// table changed, with the table's index after each, so that a list memo
+// of an older state can be brought up to date by reading only those. The
+// store's only writer (the FSM) records each write once it committed, in
+// index order.
+type volumeChanges struct {
+	mu      sync.Mutex
+	entries []volumeChange // by index, ascending
+	// complete is the index after which every change is recorded: the
+	// index of the last entry dropped to keep the bound.
+	complete uint64
+}
+
+type volumeChange struct {
+	index uint64
+	key   volumeKey
+}
+
+// record notes the volumes one committed write changed at index.
+func (c *volumeChanges) record(index uint64, keys []volumeKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range keys {
+		c.entries = append(c.entries, volumeChange{index: index, key: k})
+	}
+	if len(c.entries) > maxVolumeChanges {
+		drop := len(c.entries) - maxVolumeChanges/2
+		c.complete = c.entries[drop-1].index
+		c.entries = append(c.entries[:0:0], c.entries[drop:]...)
+	}
+}
+
+// between returns, sorted by list order and each once, the volumes written
+// at indexes in (from, to], or false when the record does not hold them
+// all (some were dropped, or the write at to is not recorded yet) or when
+// there are more than most.
+func (c *volumeChanges) between(from, to uint64, most int) ([]volumeKey, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if from < c.complete || len(c.entries) == 0 || c.entries[len(c.entries)-1].index < to {
+		return nil, false
+	}
+	start, _ := slices.BinarySearchFunc(c.entries, from+1, func(e volumeChange, i uint64) int { return cmp.Compare(e.index, i) })
+	seen := map[volumeKey]bool{}
+	var out []volumeKey
+	for _, e := range c.entries[start:] {
+		if e.index > to {
+			break
+		}
+		if !seen[e.key] {
+			seen[e.key] = true
+			out = append(out, e.key)
+			if len(out) > most {
+				return nil, false
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b volumeKey) int {
+		if a.less(b) {
+			return -1
+		}
+		if b.less(a) {
+			return 1
+		}
+		return 0
+	})
+	return out, true
+}
+
+// recordVolumeChanges notes, after a write committed, the volumes it
+// changed, at the volumes table's index.
+func (s *StateStore) recordVolumeChanges(changes memdb.Changes) {
+	if s.changes == nil {
+		return
+	}
+	var keys []volumeKey
+	for _, ch := range changes {
+		if ch.Table != TableCSIVolumes {
+			continue
+		}
+		v, _ := ch.After.(*structs.CSIVolume)
+		if v == nil {
+			v, _ = ch.Before.(*structs.CSIVolume)
+		}
+		if v != nil {
+			keys = append(keys, volumeKey{v.Namespace, v.ID})
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	index, err := s.Index(TableCSIVolumes)
+	if err != nil {
+		// Not recorded: the record then ends before this write, and no
+		// memo is patched past it.
+		s.changes.reset()
+		return
+	}
+	s.changes.record(index, keys)
+}
+
+// reset forgets every change: nothing before now is covered.
+func (c *volumeChanges) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := len(c.entries); n > 0 {
+		c.complete = max(c.complete, c.entries[n-1].index)
+	}
+	c.entries = nil
 }

@@ -2,6 +2,8 @@ package state
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/hashicorp/go-memdb"
@@ -118,4 +120,125 @@ func TestStubMemo_Bounded(t *testing.T) {
 	m.put(memoKey{prefix: "huge", volumes: 1}, stubs(memoMaxStubs+1))
 	_, ok = m.get(memoKey{prefix: "huge", volumes: 1})
 	must.False(t, ok)
+}
+
+// Lists made after each of a random run of writes (volumes registered,
+// updated and deregistered in three namespaces and two plugins, plugin
+// health changes, several writes between two lists) are the ones a scan
+// gives, and a list after a write of a few volumes is patched from the
+// memo, not scanned: its stubs of unchanged volumes are the very ones of
+// the list before.
+func TestCSIVolumeStubs_PatchedAfterWritesAsAScan(t *testing.T) {
+	s := listFixture(t)
+	rng := rand.New(rand.NewPCG(7, 11))
+	namespaces := []string{"default", "prod", "a"}
+	// As many lists as the memo keeps, so that each is patched from its
+	// own scan before.
+	lists := []memoKey{
+		{namespace: "default"}, {namespace: AllNamespaces, prefix: "web"},
+		{namespace: AllNamespaces, pluginID: "q"}, {namespace: "prod", pluginID: "p"},
+	}
+	must.Eq(t, memoMaxScans, len(lists))
+	index := uint64(100)
+	live := map[volumeKey]bool{}
+	for _, ns := range namespaces {
+		for i := range 40 {
+			v := testVolume(fmt.Sprintf("vol-%02d", i), []string{"p", "q"}[i%2])
+			v.Namespace = ns
+			index++
+			must.NoError(t, s.UpsertCSIVolume(index, []*structs.CSIVolume{v}))
+			live[volumeKey{ns, v.ID}] = true
+		}
+	}
+	patched := 0
+	for round := range 200 {
+		for range 1 + rng.IntN(3) {
+			index++
+			ns := namespaces[rng.IntN(len(namespaces))]
+			id := fmt.Sprintf("%s-%02d", []string{"vol", "web"}[rng.IntN(2)], rng.IntN(50))
+			k := volumeKey{ns, id}
+			switch r := rng.IntN(10); {
+			case r == 0:
+				// A plugin's health changes: every stub of it may differ.
+				must.NoError(t, s.UpsertNode(index, withPlugin(testNode("n2"), nil, nodeInfo("q", rng.IntN(2) == 0, false))))
+			case live[k] && r < 4:
+				must.NoError(t, s.CSIVolumeDeregister(index, ns, []string{id}, false))
+				delete(live, k)
+			case live[k]:
+				cur, err := s.CSIVolumeByID(nil, ns, id)
+				must.NoError(t, err)
+				v := cur.Copy()
+				v.MountOptions = &structs.CSIMountOptions{FSType: fmt.Sprint("fs", index)}
+				must.NoError(t, s.UpsertCSIVolume(index, []*structs.CSIVolume{v}))
+			default:
+				v := testVolume(id, []string{"p", "q"}[rng.IntN(2)])
+				v.Namespace = ns
+				must.NoError(t, s.UpsertCSIVolume(index, []*structs.CSIVolume{v}))
+				live[k] = true
+			}
+		}
+		for _, l := range lists {
+			got, _, err := s.CSIVolumeStubsIn(nil, l.namespace, l.prefix, l.pluginID, "", 0, nil)
+			must.NoError(t, err)
+			want, _, err := s.CSIVolumeStubsIn(memdb.NewWatchSet(), l.namespace, l.prefix, l.pluginID, "", 0, nil)
+			must.NoError(t, err)
+			must.Eq(t, want, got, must.Sprintf("round %d, list %+v", round, l))
+		}
+	}
+	// One more write of one volume: the next list shares every other stub
+	// with the one before it.
+	first, _, err := s.CSIVolumeStubs(nil, AllNamespaces, "", "", "", 0)
+	must.NoError(t, err)
+	cur, err := s.CSIVolumeByID(nil, "prod", "vol-01")
+	must.NoError(t, err)
+	v := cur.Copy()
+	v.MountOptions = &structs.CSIMountOptions{FSType: "last"}
+	must.NoError(t, s.UpsertCSIVolume(index+1, []*structs.CSIVolume{v}))
+	next, _, err := s.CSIVolumeStubs(nil, AllNamespaces, "", "", "", 0)
+	must.NoError(t, err)
+	must.Eq(t, len(first), len(next))
+	for i := range next {
+		if next[i] != first[i] {
+			patched++
+			must.Eq(t, "prod/vol-01", next[i].Namespace+"/"+next[i].ID, must.Sprint("only the written volume's stub is new"))
+		}
+	}
+	must.Eq(t, 1, patched)
+	must.Eq(t, index+1, next[slices.IndexFunc(next, func(s *structs.CSIVolListStub) bool {
+		return s.Namespace == "prod" && s.ID == "vol-01"
+	})].ModifyIndex)
+}
+
+// The record of volume writes answers only for intervals it covers whole.
+func TestVolumeChanges_Coverage(t *testing.T) {
+	var c volumeChanges
+	_, ok := c.between(0, 5, 100)
+	must.False(t, ok, must.Sprint("nothing recorded up to 5"))
+	c.record(5, []volumeKey{{"b", "x"}, {"a", "y"}})
+	c.record(7, []volumeKey{{"a", "y"}})
+	c.record(9, []volumeKey{{"a", "z"}})
+
+	got, ok := c.between(4, 7, 100)
+	must.True(t, ok)
+	must.Eq(t, []volumeKey{{"a", "y"}, {"b", "x"}}, got, must.Sprint("each once, in list order"))
+	got, ok = c.between(5, 9, 100)
+	must.True(t, ok)
+	must.Eq(t, []volumeKey{{"a", "y"}, {"a", "z"}}, got)
+	_, ok = c.between(5, 10, 100)
+	must.False(t, ok, must.Sprint("the write at 10 is not recorded yet"))
+	_, ok = c.between(4, 9, 2)
+	must.False(t, ok, must.Sprint("more volumes than most"))
+
+	for i := range maxVolumeChanges {
+		c.record(uint64(10+i), []volumeKey{{"a", fmt.Sprint(i)}})
+	}
+	_, ok = c.between(9, 20, 100)
+	must.False(t, ok, must.Sprint("dropped to keep the bound"))
+	_, ok = c.between(uint64(10+maxVolumeChanges-2), uint64(10+maxVolumeChanges-1), 100)
+	must.True(t, ok)
+	must.LessEq(t, maxVolumeChanges, len(c.entries))
+
+	c.reset()
+	_, ok = c.between(uint64(10+maxVolumeChanges-2), uint64(10+maxVolumeChanges-1), 100)
+	must.False(t, ok, must.Sprint("nothing before a reset is covered"))
 }

@@ -374,11 +374,10 @@ func (b *EventBroker) publish(events []Event, prior uint64) {
 // publishCommitted derives the events of a committed write transaction and
 // publishes them. writeTxn defers it to the commit, so it runs only for
 // transactions that committed, after commit bumped their index rows.
-func (s *StateStore) publishCommitted(txn *memdb.Txn) {
+func (s *StateStore) publishCommitted(changes memdb.Changes) {
 	if s.events == nil {
 		return
 	}
-	changes := txn.Changes()
 	if len(changes) == 0 {
 		return
 	}

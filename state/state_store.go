@@ -26,9 +26,12 @@ type StateStore struct {
 	// snapshot, which is never written.
 	events *EventBroker
 
-	// stubs memoizes complete volume lists (see stubMemo); shared with the
-	// store's snapshots, whose scans are keyed by their own indexes.
-	stubs *stubMemo
+	// stubs memoizes complete volume lists (see stubMemo), and changes
+	// records the latest volume writes, to bring them up to date; both are
+	// shared with the store's snapshots, whose scans are keyed by their
+	// own indexes.
+	stubs   *stubMemo
+	changes *volumeChanges
 }
 
 // NewStateStore returns an empty store.
@@ -37,7 +40,7 @@ func NewStateStore() (*StateStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: building schema: %w", err)
 	}
-	s := &StateStore{db: db, abandonCh: make(chan struct{}), stubs: &stubMemo{}}
+	s := &StateStore{db: db, abandonCh: make(chan struct{}), stubs: &stubMemo{}, changes: &volumeChanges{}}
 	s.events = newEventBroker(s)
 	return s, nil
 }
@@ -52,7 +55,7 @@ type StateSnapshot struct {
 // Snapshot returns a point-in-time view of the store. It costs O(1): memdb
 // trees are immutable, so the view shares them.
 func (s *StateStore) Snapshot() (*StateSnapshot, error) {
-	return &StateSnapshot{StateStore{db: s.db.Snapshot(), abandonCh: make(chan struct{}), stubs: s.stubs}}, nil
+	return &StateSnapshot{StateStore{db: s.db.Snapshot(), abandonCh: make(chan struct{}), stubs: s.stubs, changes: s.changes}}, nil
 }
 
 // AbandonCh is closed by Abandon. Blocking queries add it to their watch set
@@ -72,7 +75,11 @@ func (s *StateStore) writeTxn() *memdb.Txn {
 	txn.TrackChanges()
 	// Runs only if the transaction commits, after commit bumped its index
 	// rows: the events carry that index.
-	txn.Defer(func() { s.publishCommitted(txn) })
+	txn.Defer(func() {
+		changes := txn.Changes()
+		s.recordVolumeChanges(changes)
+		s.publishCommitted(changes)
+	})
 	return txn
 }
 

@@ -48,6 +48,17 @@ type stubCache struct {
 	lastMu sync.Mutex
 	last   encodedList
 	seen   []*structs.CSIVolListStub
+	// prev is the latest large list encoded with the cache entries of its
+	// stubs, for the next list that shares most of them (see encodeStubs).
+	prev encodedStubs
+}
+
+// encodedStubs is a list's stubs and the cache entry each was encoded
+// from. An entry of a stub is valid for as long as the stub exists: stubs
+// are never changed.
+type encodedStubs struct {
+	stubs   []*structs.CSIVolListStub
+	entries []*stubEntry
 }
 
 // encodedList is a list's stubs and their body. The body is shared
@@ -66,7 +77,8 @@ func sameStubs(a, b []*structs.CSIVolListStub) bool {
 type stubEntry struct {
 	key  stubKey
 	json []byte
-	// seen is the generation of the latest complete list that held it.
+	// seen is the generation of the latest complete list that held it,
+	// marked when that list swept (see sweep), or made it.
 	seen atomic.Uint64
 }
 
@@ -147,64 +159,91 @@ func (c *stubCache) encode(stubs []*structs.CSIVolListStub, scope listScope) (bo
 
 // encodeStubs is encode without the whole-list reuse.
 func (c *stubCache) encodeStubs(stubs []*structs.CSIVolListStub, scope listScope) ([]byte, error) {
-	parts := make([][]byte, len(stubs))
+	entries := make([]*stubEntry, len(stubs))
 	var misses []int
 	var gen uint64
 	if scope.complete {
 		gen = c.gen.Add(1)
 	}
 	size := 3
+	// The stubs the last large list shared with this one (the state store
+	// patches its memo of a list with the volumes written since, and keeps
+	// the other stubs) have their entries at hand, in the same order.
+	c.lastMu.Lock()
+	prev, prevEntries := c.prev.stubs, c.prev.entries
+	c.lastMu.Unlock()
+	j := 0
 	c.mu.RLock()
 	// Lists come sorted by namespace: look each namespace's map up once.
 	var ns string
 	var m map[string]*stubEntry
 	for i, s := range stubs {
-		if m == nil || s.Namespace != ns {
-			ns, m = s.Namespace, c.byNS[s.Namespace]
+		for j < len(prev) && prev[j] != s && stubBefore(prev[j], s) {
+			j++
 		}
-		if e := m[s.ID]; e != nil && e.key == keyOf(s) {
-			parts[i] = e.json
-			size += len(e.json) + 1
-			if gen != 0 {
-				e.seen.Store(gen)
+		e := (*stubEntry)(nil)
+		if j < len(prev) && prev[j] == s {
+			e = prevEntries[j]
+			j++
+		} else {
+			if m == nil || s.Namespace != ns {
+				ns, m = s.Namespace, c.byNS[s.Namespace]
 			}
+			if e = m[s.ID]; e != nil && e.key != keyOf(s) {
+				e = nil
+			}
+		}
+		if e == nil {
+			misses = append(misses, i)
 			continue
 		}
-		misses = append(misses, i)
+		entries[i] = e
+		size += len(e.json) + 1
 	}
 	c.mu.RUnlock()
 
 	if len(misses) > 0 {
-		fresh := make([]*stubEntry, len(misses))
-		for j, i := range misses {
+		for _, i := range misses {
 			b, err := json.Marshal(stubs[i])
 			if err != nil {
 				return nil, err
 			}
-			parts[i] = b
 			size += len(b) + 1
-			fresh[j] = &stubEntry{key: keyOf(stubs[i]), json: b}
-			fresh[j].seen.Store(gen)
+			entries[i] = &stubEntry{key: keyOf(stubs[i]), json: b}
+			entries[i].seen.Store(gen)
 		}
 		c.mu.Lock()
-		for j, i := range misses {
-			c.putLocked(stubs[i].Namespace, stubs[i].ID, fresh[j])
+		for _, i := range misses {
+			c.putLocked(stubs[i].Namespace, stubs[i].ID, entries[i])
 		}
 		c.mu.Unlock()
 	}
 	if scope.complete {
-		c.sweep(scope.namespace, len(stubs), gen)
+		c.sweep(scope.namespace, stubs, gen)
+	}
+	if len(stubs) >= minSharedList {
+		c.lastMu.Lock()
+		c.prev = encodedStubs{stubs: stubs, entries: entries}
+		c.lastMu.Unlock()
 	}
 
 	out := getBuffer(size)
 	out = append(out, '[')
-	for i, p := range parts {
+	for i, e := range entries {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		out = append(out, p...)
+		out = append(out, e.json...)
 	}
 	return append(out, ']', '\n'), nil
+}
+
+// stubBefore reports whether a comes before b in list order.
+func stubBefore(a, b *structs.CSIVolListStub) bool {
+	if a.Namespace != b.Namespace {
+		return a.Namespace < b.Namespace
+	}
+	return a.ID < b.ID
 }
 
 // putLocked stores an entry, dropping entries at random while the cache is
@@ -263,9 +302,10 @@ func (c *stubCache) drop(ns, id string) {
 
 // sweep drops the entries of a complete list's scope that the list did
 // not hold: their volumes were deleted. Only when the scope holds more
-// entries than the list do any need dropping. Entries seen by a later
-// complete list (a higher generation) stay.
-func (c *stubCache) sweep(ns string, listed int, gen uint64) {
+// entries than the list do any need dropping; the list's entries are then
+// marked with its generation, and the others dropped. Entries seen by a
+// later complete list (a higher generation) stay.
+func (c *stubCache) sweep(ns string, listed []*structs.CSIVolListStub, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cached := 0
@@ -276,8 +316,13 @@ func (c *stubCache) sweep(ns string, listed int, gen uint64) {
 	} else {
 		cached = len(c.byNS[ns])
 	}
-	if cached <= listed {
+	if cached <= len(listed) {
 		return
+	}
+	for _, s := range listed {
+		if e := c.byNS[s.Namespace][s.ID]; e != nil && e.seen.Load() < gen {
+			e.seen.Store(gen)
+		}
 	}
 	for dns, m := range c.byNS {
 		if ns != "*" && dns != ns {

@@ -193,3 +193,32 @@ func TestStubCache_SameSliceSharesItsBody(t *testing.T) {
 		must.True(t, pooled, must.Sprint("a small list is not kept"))
 	}
 }
+
+// A large list that shares most of its stubs with the one before it (the
+// state store's memo patched with a few volumes written since: a stub
+// replaced, one added, one gone) is encoded byte for byte as encoding/json
+// would, the shared stubs taken from the entries of the list before.
+func TestStubCache_ListSharingStubsWithThePrevious(t *testing.T) {
+	c := newStubCache(0)
+	all := listScope{complete: true, namespace: "*"}
+	stubs := testStubs(minSharedList+10, "default")
+	_, _, err := c.encode(stubs, all)
+	must.NoError(t, err)
+
+	next := append([]*structs.CSIVolListStub(nil), stubs[:5]...)
+	changed := *stubs[5]
+	changed.ModifyIndex, changed.CurrentWriters = 999, 1
+	next = append(next, &changed)
+	added := *stubs[6]
+	added.ID = stubs[6].ID + "-new"
+	added.Name = "<new>"
+	next = append(next, stubs[6], &added)
+	next = append(next, stubs[8:]...) // stubs[7] is gone
+	for range 2 {
+		got, _, err := c.encode(next, all)
+		must.NoError(t, err)
+		must.Eq(t, string(encodeStd(t, next)), string(got))
+	}
+	n, _ := c.size()
+	must.Eq(t, len(next), n, must.Sprint("the gone volume's entry was swept"))
+}
