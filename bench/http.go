@@ -36,12 +36,13 @@ const (
 )
 
 // httpListTarget is the p50 target of a list of size volumes on where
-// ("leader", "follower", "follower-stale", "leader-gzip"); 0 for none.
+// ("leader", "follower", "follower-stale", "leader-gzip",
+// "leader-written"); 0 for none.
 func httpListTarget(size int, where string) time.Duration {
 	switch {
 	case size <= 1_000 && (where == "leader" || where == "follower"):
 		return HTTPListSmallTarget
-	case size <= 10_000 && where == "leader":
+	case size <= 10_000 && (where == "leader" || where == "leader-written"):
 		return HTTPListLargeTarget
 	}
 	return 0
@@ -110,6 +111,7 @@ func runHTTP(ctx context.Context, cfg *Config, dir string, rep *Report) (err err
 			{name: "follower", run: listSide(ctx, plain, follower.httpAddr+"/v1/volumes")},
 			{name: "follower-stale", run: listSide(ctx, plain, follower.httpAddr+"/v1/volumes?stale")},
 			{name: "leader-gzip", run: listSide(ctx, gzipped, leader.httpAddr+"/v1/volumes")},
+			{name: "leader-written", run: listAfterWriteSide(ctx, plain, leader.httpAddr, leader.httpAddr+"/v1/volumes", size)},
 		}
 		if err := interleave(cfg, PhaseHTTPList, 1, cfg.ListRequests, cfg.Rounds, sides); err != nil {
 			return err
@@ -123,8 +125,11 @@ func runHTTP(ctx context.Context, cfg *Config, dir string, rep *Report) (err err
 			res := newResult(PhaseHTTPList, 1, st)
 			res.Volumes, res.Cluster = size, sd.name
 			res.Detail = fmt.Sprintf("%d volumes, %d bytes of JSON", size, plainBytes)
-			if sd.name == "leader-gzip" {
+			switch sd.name {
+			case "leader-gzip":
 				res.Detail = fmt.Sprintf("%d volumes, %d bytes gzipped (Accept-Encoding: gzip, decompressed by the client)", size, gzBytes)
+			case "leader-written":
+				res.Detail = fmt.Sprintf("%d volumes, each list after an update of one of them (not timed)", size)
 			}
 			if t := httpListTarget(size, sd.name); t > 0 {
 				pass := st.p50 <= t
@@ -166,6 +171,36 @@ func runHTTP(ctx context.Context, cfg *Config, dir string, rep *Report) (err err
 		rep.Notes = append(rep.Notes, "the leader changed during the http phase: figures are skewed")
 	}
 	return nil
+}
+
+// listAfterWriteSide lists the volumes at url, one request at a time,
+// each after an update of one of the size volumes through the leader at
+// addr, which is not timed: every list then sees a state written since the
+// one before, as lists do under a stream of writes.
+func listAfterWriteSide(ctx context.Context, client *http.Client, addr, url string, size int) func(n int) ([]time.Duration, time.Duration, error) {
+	writes := 0
+	return func(n int) ([]time.Duration, time.Duration, error) {
+		samples := make([]time.Duration, 0, n)
+		var wall time.Duration
+		for range n {
+			writes++
+			if err := httpRegisterWith(ctx, client, addr, 1+writes%size, fmt.Sprint("fs", writes)); err != nil {
+				return nil, 0, err
+			}
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return nil, 0, err
+			}
+			t0 := time.Now()
+			if err := sendDiscard(client, req, "GET "+url); err != nil {
+				return nil, 0, err
+			}
+			d := time.Since(t0)
+			samples = append(samples, d)
+			wall += d
+		}
+		return samples, wall, nil
+	}
 }
 
 // listSide lists the volumes at url, one request at a time.
@@ -212,11 +247,22 @@ func listBytes(ctx context.Context, url string) (plain, gz int64, err error) {
 
 // httpRegister registers benchmark volume n with Nomad's request body.
 func httpRegister(ctx context.Context, client *http.Client, addr string, n int) error {
+	return httpRegisterWith(ctx, client, addr, n, "")
+}
+
+// httpRegisterWith registers benchmark volume n, with fsType as its mount
+// options' file system type when it is not empty: registering a volume
+// again with another one is an update of it.
+func httpRegisterWith(ctx context.Context, client *http.Client, addr string, n int, fsType string) error {
 	v := benchVolume(int64(n))
-	body, err := json.Marshal(map[string]any{"Volumes": []map[string]any{{
+	vol := map[string]any{
 		"ID": v.ID, "Name": v.Name, "ExternalID": v.ExternalID, "PluginID": v.PluginID,
 		"RequestedCapabilities": v.RequestedCapabilities,
-	}}})
+	}
+	if fsType != "" {
+		vol["MountOptions"] = map[string]any{"FSType": fsType}
+	}
+	body, err := json.Marshal(map[string]any{"Volumes": []map[string]any{vol}})
 	if err != nil {
 		return err
 	}

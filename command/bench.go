@@ -120,12 +120,14 @@ Usage: volplane bench [options]
             driven over HTTP: at each of -list-sizes volumes,
             -list-requests sequential GET /v1/volumes on the leader, on a
             follower (a default read: answered there after a read-index
-            check with the leader), on the follower with ?stale, and on the
-            leader with Accept-Encoding: gzip, interleaved in -rounds
-            rounds; then -http-register-ops PUT /v1/volume/csi/:id to the
-            leader with 16 and 64 writers (a quarter of it with 1).
-            Targets: p50 <= 2ms listing 1,000 volumes on the leader and on
-            the follower; p50 <= 10ms listing 10,000 on the leader.
+            check with the leader), on the follower with ?stale, on the
+            leader with Accept-Encoding: gzip, and on the leader each after
+            an update of one volume (leader-written, the update not timed),
+            interleaved in -rounds rounds; then -http-register-ops PUT
+            /v1/volume/csi/:id to the leader with 16 and 64 writers (a
+            quarter of it with 1). Targets: p50 <= 2ms listing 1,000
+            volumes on the leader and on the follower; p50 <= 10ms listing
+            10,000 on the leader, unchanged or after a write.
   http-nomad
             Not run by default (-phases=all or -phases=http-nomad). volplane
             and Nomad side by side over HTTP: three volplane server agents
