@@ -100,7 +100,16 @@ func TestE2E_PluginJobsDrain(t *testing.T) {
 
 	// The drain, followed by the CLI until it is done.
 	drainAt := time.Now()
-	res = e.cli(t, s, "node drain", "-enable", "-yes", nameA)
+	// By name, as operators do; but a name such as "c2" can also be the
+	// start of another node's random ID, and the CLI refuses a name that
+	// is ambiguous so (command/lookup.go): the ID then.
+	target := nameA
+	for _, id := range e.nodeIDs {
+		if id != nodeA && strings.HasPrefix(id, nameA) {
+			target = nodeA
+		}
+	}
+	res = e.cli(t, s, "node drain", "-enable", "-yes", target)
 	t.Logf("node drain took %v:\n%s", time.Since(drainAt).Round(time.Millisecond), res.Stdout)
 	must.Zero(t, res.Code, must.Sprint(res))
 	must.StrContains(t, res.Stdout, fmt.Sprintf("Drain complete for node %q", nodeA), must.Sprint(res))
