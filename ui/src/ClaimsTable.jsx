@@ -22,15 +22,20 @@ export function ClaimsTable({ volumes, accept = () => true, acceptKey = '', capt
   const load = async () => {
     try {
       const fresh = [];
+      // The index each volume was read at: claim events that arrive
+      // meanwhile are newer than what the read says of their claims.
+      const read = new Map();
       for (const v of volumes) {
         try {
           const vol = await get(`/v1/volume/csi/${pathID(v.id)}`, { namespace: v.namespace });
           fresh.push(...claimRows(vol).filter((r) => accept({ AllocationID: r.allocID, VolumeID: r.volumeID })));
+          read.set(volumeKey(v.namespace, v.id), vol.ModifyIndex || 0);
         } catch (err) {
           if (err.status !== 404) throw err;
+          read.set(volumeKey(v.namespace, v.id), Infinity);
         }
       }
-      setRows((prev) => mergeRows(prev, fresh, wanted));
+      setRows((prev) => mergeRows(prev, fresh, read));
       setError(null);
     } catch (err) {
       setError(err);
@@ -48,7 +53,7 @@ export function ClaimsTable({ volumes, accept = () => true, acceptKey = '', capt
     } else if (ev.Type === 'VolumeUpdated' && wanted.has(volumeKey(p.Namespace, p.ID))) {
       // The volume as it is after the write: its claims are the truth.
       const fresh = claimRows(p).filter((r) => accept({ AllocationID: r.allocID, VolumeID: r.volumeID }));
-      setRows((prev) => mergeRows(prev, fresh, new Set([volumeKey(p.Namespace, p.ID)])));
+      setRows((prev) => mergeRows(prev, fresh, new Map([[volumeKey(p.Namespace, p.ID), p.ModifyIndex || ev.Index || 0]])));
     }
   }, load);
 

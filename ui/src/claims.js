@@ -20,12 +20,15 @@ export function claimMode(m) {
 const key = (ns, vol, alloc) => `${ns}\u0000${vol}\u0000${alloc}`;
 
 // claimRows returns the claims of a volume: live claims, replaced by the
-// allocation's past claim (being released) when there is one.
+// allocation's past claim (being released) when there is one. Each row
+// carries the index it is true at: the volume's modify index, which every
+// write of its claims moves.
 export function claimRows(vol) {
   const rows = new Map();
   const add = (c) => {
     if (!c) return;
     rows.set(key(vol.Namespace, vol.ID, c.AllocationID), {
+      index: vol.ModifyIndex || 0,
       namespace: vol.Namespace,
       volumeID: vol.ID,
       allocID: c.AllocationID,
@@ -47,17 +50,25 @@ export function claimRows(vol) {
 // volumeKey names a volume in mergeRows' set.
 export const volumeKey = (ns, id) => `${ns}\u0000${id}`;
 
-// mergeRows takes the claims of a fresh read of some volumes (their keys
-// in volumes): their rows are replaced, and a row the read no longer lists
-// is kept as freed (the read came after its release ended). Rows of other
-// volumes stay as they are.
-export function mergeRows(prev, fresh, volumes) {
+// mergeRows takes the claims of a fresh read of some volumes (read maps
+// each one's volumeKey to the index the read saw it at: its modify index,
+// or Infinity for a volume the read found gone): their rows are replaced,
+// and a row the read no longer lists is kept as freed (the read came after
+// its release ended). A row newer than the read (an event that arrived
+// while the read was on its way) stays as it is: the read is older news.
+// Rows of other volumes stay as they are.
+export function mergeRows(prev, fresh, read) {
   const out = new Map(fresh.map((r) => [key(r.namespace, r.volumeID, r.allocID), r]));
   for (const r of prev) {
     const k = key(r.namespace, r.volumeID, r.allocID);
-    if (out.has(k)) continue;
-    if (!volumes.has(volumeKey(r.namespace, r.volumeID))) out.set(k, r);
-    else out.set(k, { ...r, state: FREED, lastError: '', nextAttempt: 0 });
+    const vk = volumeKey(r.namespace, r.volumeID);
+    if (!read.has(vk)) {
+      if (!out.has(k)) out.set(k, r);
+    } else if ((r.index || 0) > read.get(vk)) {
+      out.set(k, r);
+    } else if (!out.has(k)) {
+      out.set(k, { ...r, state: FREED, lastError: '', nextAttempt: 0 });
+    }
   }
   return sortRows([...out.values()]);
 }
@@ -69,6 +80,7 @@ export function applyClaimEvent(rows, ev, accept) {
   if (ev.Topic !== 'CSIClaim' || !p || !accept(p)) return rows;
   const k = key(p.Namespace, p.VolumeID, p.AllocationID);
   const row = {
+    index: ev.Index || 0,
     namespace: p.Namespace,
     volumeID: p.VolumeID,
     allocID: p.AllocationID,

@@ -32,10 +32,32 @@ describe('claims', () => {
 
   it('marks as freed what a fresh read of the volume no longer lists', () => {
     const other = { namespace: 'default', volumeID: 'vol[1]', allocID: 'a9', state: 'taken' };
-    const rows = mergeRows([...claimRows(vol), other], [], new Set([volumeKey('default', 'vol[0]')]));
+    const rows = mergeRows([...claimRows(vol), other], [], new Map([[volumeKey('default', 'vol[0]'), 10]]));
     expect(rows.map((r) => [r.volumeID, r.allocID, r.state])).toEqual([
       ['vol[0]', 'a1', FREED], ['vol[0]', 'a2', FREED], ['vol[1]', 'a9', 'taken'],
     ]);
+  });
+
+  it('keeps what an event told while an older read was on its way', () => {
+    // The read saw the volume at index 15, before the claim taken at 20
+    // (its event arrived during the read); a read at 25 is newer.
+    const taken = applyClaimEvent([], {
+      Index: 20, Topic: 'CSIClaim', Type: 'ClaimTaken',
+      Payload: { Namespace: 'default', VolumeID: 'vol[0]', AllocationID: 'a3', NodeID: 'n1', Mode: 'write', State: 'taken' },
+    }, () => true);
+    const stale = mergeRows(taken, [], new Map([[volumeKey('default', 'vol[0]'), 15]]));
+    expect(stale.map((r) => [r.allocID, r.state])).toEqual([['a3', 'taken']]);
+    const newer = mergeRows(taken, [], new Map([[volumeKey('default', 'vol[0]'), 25]]));
+    expect(newer.map((r) => [r.allocID, r.state])).toEqual([['a3', FREED]]);
+    // A stale read that still lists a claim an event freed leaves it freed.
+    const freed = applyClaimEvent(taken, {
+      Index: 30, Topic: 'CSIClaim', Type: 'ClaimFreed',
+      Payload: { Namespace: 'default', VolumeID: 'vol[0]', AllocationID: 'a3', NodeID: 'n1', Mode: 'write', State: 'ready-to-free' },
+    }, () => true);
+    const listed = claimRows({ ID: 'vol[0]', Namespace: 'default', ModifyIndex: 20,
+      WriteClaims: { a3: { AllocationID: 'a3', NodeID: 'n1', Mode: 1, State: 0 } } });
+    const kept = mergeRows(freed, listed, new Map([[volumeKey('default', 'vol[0]'), 20]]));
+    expect(kept.map((r) => [r.allocID, r.state])).toEqual([['a3', FREED]]);
   });
 
   it('computes per_alloc volume IDs as the servers do', () => {
