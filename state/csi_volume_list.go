@@ -326,6 +326,9 @@ type volumeChanges struct {
 	// complete is the index after which every change is recorded: the
 	// index of the last entry dropped to keep the bound.
 	complete uint64
+	// gap is set when a write could not be recorded: nothing is covered
+	// until the next write recorded, whose index bounds the lost one's.
+	gap bool
 }
 
 type volumeChange struct {
@@ -337,6 +340,11 @@ type volumeChange struct {
 func (c *volumeChanges) record(index uint64, keys []volumeKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.gap {
+		// The lost write came before this one.
+		c.complete, c.gap = max(c.complete, index-1), false
+		c.entries = nil
+	}
 	for _, k := range keys {
 		c.entries = append(c.entries, volumeChange{index: index, key: k})
 	}
@@ -354,7 +362,7 @@ func (c *volumeChanges) record(index uint64, keys []volumeKey) {
 func (c *volumeChanges) between(from, to uint64, most int) ([]volumeKey, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if from < c.complete || len(c.entries) == 0 || c.entries[len(c.entries)-1].index < to {
+	if c.gap || from < c.complete || len(c.entries) == 0 || c.entries[len(c.entries)-1].index < to {
 		return nil, false
 	}
 	start, _ := slices.BinarySearchFunc(c.entries, from+1, func(e volumeChange, i uint64) int { return cmp.Compare(e.index, i) })
@@ -408,20 +416,16 @@ func (s *StateStore) recordVolumeChanges(changes memdb.Changes) {
 	}
 	index, err := s.Index(TableCSIVolumes)
 	if err != nil {
-		// Not recorded: the record then ends before this write, and no
-		// memo is patched past it.
-		s.changes.reset()
+		// Not recorded: no memo is patched across this write.
+		s.changes.lose()
 		return
 	}
 	s.changes.record(index, keys)
 }
 
-// reset forgets every change: nothing before now is covered.
-func (c *volumeChanges) reset() {
+// lose notes a write that could not be recorded (see gap).
+func (c *volumeChanges) lose() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if n := len(c.entries); n > 0 {
-		c.complete = max(c.complete, c.entries[n-1].index)
-	}
-	c.entries = nil
+	c.gap = true
 }
