@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -99,6 +100,18 @@ type servedConn struct {
 	layer  *RaftLayer
 	once   sync.Once
 	closed chan struct{}
+	// drained is set when Drain closes the connection: its goroutine's
+	// next read then ends as the peer's close would, with io.EOF, which
+	// the transport does not log as an error.
+	drained atomic.Bool
+}
+
+func (c *servedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && c.drained.Load() {
+		err = io.EOF
+	}
+	return n, err
 }
 
 func (c *servedConn) Close() error {
@@ -128,6 +141,7 @@ func (l *RaftLayer) Drain(timeout time.Duration) bool {
 	// The underlying connections: a goroutine reading its next command
 	// fails now, and one answering a command fails at its answer.
 	for _, c := range served {
+		c.drained.Store(true)
 		c.Conn.Close()
 	}
 	t := time.NewTimer(timeout)

@@ -110,6 +110,10 @@ func TestRaftLayer_DrainWaitsForServingGoroutines(t *testing.T) {
 	close(release)
 	must.True(t, <-drained)
 	<-ended
+	// What the serving goroutine reads after the drain is the end of the
+	// stream, as a peer's close, not an error the transport would log.
+	_, err = conn.Read(make([]byte, 1))
+	must.ErrorIs(t, err, io.EOF)
 
 	// A connection whose serving goroutine never closes it.
 	_, peer2 := accept()
