@@ -77,10 +77,28 @@ func (s *StateStore) CSIVolumeStubsIn(ws memdb.WatchSet, namespace, prefix, plug
 		}
 		s.stubs.put(key, all)
 	}
-	if allow == nil && nextToken == "" && perPage <= 0 {
+	if nextToken == "" && perPage <= 0 && allowsAll(all, allow) {
+		// The kept list itself, shared: a caller that may see all of it
+		// (no ACLs, or a token that may read each of its namespaces)
+		// gets the same slice at the same state, whose body the HTTP
+		// handler keeps.
 		return all, "", nil
 	}
 	return pageStubs(all, nextToken, start, perPage, allow)
+}
+
+// allowsAll reports whether allow (nil: all) accepts the namespace of every
+// stub, asking once per run of one namespace.
+func allowsAll(stubs []*structs.CSIVolListStub, allow func(string) bool) bool {
+	if allow == nil {
+		return true
+	}
+	for i, st := range stubs {
+		if (i == 0 || st.Namespace != stubs[i-1].Namespace) && !allow(st.Namespace) {
+			return false
+		}
+	}
+	return true
 }
 
 // scanStubs reads the stubs of one page from the store.

@@ -66,6 +66,16 @@ func TestCSIVolumeStubs_MemoFollowsWrites(t *testing.T) {
 	again, _, err := s.CSIVolumeStubs(nil, "default", "", "", "", 0)
 	must.NoError(t, err)
 	must.True(t, &first[0] == &again[0], must.Sprint("an unchanged list is served from the memo"))
+	// A caller that may read every namespace of the list gets the same
+	// slice; one that may not, a list of its own.
+	everyNS, _, err := s.CSIVolumeStubsIn(nil, "default", "", "", "", 0, func(string) bool { return true })
+	must.NoError(t, err)
+	must.True(t, &first[0] == &everyNS[0], must.Sprint("the kept list is shared with a caller that may see all of it"))
+	all, _, err := s.CSIVolumeStubsIn(nil, AllNamespaces, "", "", "", 0, nil)
+	must.NoError(t, err)
+	notProd, _, err := s.CSIVolumeStubsIn(nil, AllNamespaces, "", "", "", 0, func(ns string) bool { return ns != "prod" })
+	must.NoError(t, err)
+	must.Eq(t, len(all)-2, len(notProd))
 	before, err := s.Snapshot()
 	must.NoError(t, err)
 

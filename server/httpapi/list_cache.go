@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -39,15 +40,16 @@ type stubCache struct {
 	// gen numbers the complete lists, for the sweep of deleted volumes.
 	gen atomic.Uint64
 
-	// last is a large list encoded twice in a row, by the identity of its
-	// stubs: the state store hands out the same slice for a list polled at
-	// an unchanged state (its list memo), whose body is then the same too.
-	// seen is the latest large list encoded, whose body is kept only once
-	// it comes again: lists under a stream of writes, each different, cost
-	// no copy.
+	// kept are the latest large lists encoded again, by the identity of
+	// their stubs: the state store hands out the same slice for a list
+	// polled at an unchanged state (its list memo), whose body is then the
+	// same too. seen are the latest large lists encoded, whose body is kept
+	// only once it comes again: lists under a stream of writes, each
+	// different, cost no copy. Both hold keptLists at most, so that a few
+	// lists polled in turn (namespaces, plugins) all keep theirs.
 	lastMu sync.Mutex
-	last   encodedList
-	seen   []*structs.CSIVolListStub
+	kept   []encodedList
+	seen   [][]*structs.CSIVolListStub
 	// prev is the latest large list encoded with the cache entries of its
 	// stubs, for the next list that shares most of them (see encodeStubs).
 	prev encodedStubs
@@ -137,24 +139,40 @@ func (c *stubCache) encode(stubs []*structs.CSIVolListStub, scope listScope) (bo
 		return body, true, err
 	}
 	c.lastMu.Lock()
-	last, again := c.last, sameStubs(c.seen, stubs)
-	c.seen = stubs
-	c.lastMu.Unlock()
-	if sameStubs(last.stubs, stubs) {
-		return last.body, false, nil
+	for _, k := range c.kept {
+		if sameStubs(k.stubs, stubs) {
+			c.lastMu.Unlock()
+			return k.body, false, nil
+		}
 	}
+	again := slices.ContainsFunc(c.seen, func(s []*structs.CSIVolListStub) bool { return sameStubs(s, stubs) })
+	if !again {
+		c.seen = pushBounded(c.seen, stubs)
+	}
+	c.lastMu.Unlock()
 	if body, err = c.encodeStubs(stubs, scope); err != nil {
 		return nil, false, err
 	}
 	if !again {
 		return body, true, nil
 	}
-	// Listed twice at the same state: this body is kept for the next
+	// Listed again at the same state: this body is kept for the next
 	// requests and shared with them, out of the pool.
 	c.lastMu.Lock()
-	c.last = encodedList{stubs: stubs, body: body}
+	c.kept = pushBounded(c.kept, encodedList{stubs: stubs, body: body})
 	c.lastMu.Unlock()
 	return body, false, nil
+}
+
+// keptLists bounds the lists whose body is kept, and those seen once.
+const keptLists = 4
+
+// pushBounded appends v, dropping the oldest past keptLists.
+func pushBounded[T any](s []T, v T) []T {
+	if len(s) == keptLists {
+		s = append(s[:0:0], s[1:]...)
+	}
+	return append(s, v)
 }
 
 // encodeStubs is encode without the whole-list reuse.

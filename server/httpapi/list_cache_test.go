@@ -222,3 +222,30 @@ func TestStubCache_ListSharingStubsWithThePrevious(t *testing.T) {
 	n, _ := c.size()
 	must.Eq(t, len(next), n, must.Sprint("the gone volume's entry was swept"))
 }
+
+// Lists polled in turn (two namespaces, say) each keep their body from
+// their second request on; more of them than keptLists drop the oldest.
+func TestStubCache_ListsPolledInTurnKeepTheirBodies(t *testing.T) {
+	c := newStubCache(0)
+	lists := make([][]*structs.CSIVolListStub, keptLists+1)
+	for i := range lists {
+		lists[i] = testStubs(minSharedList, fmt.Sprint("ns", i))
+	}
+	encode := func(i int) bool {
+		body, pooled, err := c.encode(lists[i], listScope{complete: true, namespace: fmt.Sprint("ns", i)})
+		must.NoError(t, err)
+		must.Eq(t, string(encodeStd(t, lists[i])), string(body))
+		return pooled
+	}
+	for i := range keptLists {
+		must.True(t, encode(i), must.Sprint("a list seen once is not kept"))
+	}
+	for range 2 {
+		for i := range keptLists {
+			must.False(t, encode(i), must.Sprintf("list %d, polled in turn with the others, keeps its body", i))
+		}
+	}
+	must.True(t, encode(keptLists))
+	must.False(t, encode(keptLists), must.Sprint("kept, in place of the oldest"))
+	must.True(t, encode(0), must.Sprint("the oldest list's body went"))
+}
