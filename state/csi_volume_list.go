@@ -115,7 +115,7 @@ func scanStubs(txn *memdb.Txn, ws memdb.WatchSet, namespace, prefix, pluginID, n
 		return nil, "", err
 	}
 
-	health := map[string]pluginHealth{}
+	build := newStubBuilder(txn, ws)
 	var stubs []*structs.CSIVolListStub
 	for raw := iter.Next(); raw != nil; raw = iter.Next() {
 		v := raw.(*structs.CSIVolume)
@@ -128,20 +128,40 @@ func scanStubs(txn *memdb.Txn, ws memdb.WatchSet, namespace, prefix, pluginID, n
 		if perPage > 0 && len(stubs) == perPage {
 			return stubs, v.Namespace + "/" + v.ID, nil
 		}
-		h, ok := health[v.PluginID]
-		if !ok {
-			p, err := pluginByIDTxn(txn, ws, v.PluginID)
-			if err != nil {
-				return nil, "", err
-			}
-			h = healthOf(p)
-			health[v.PluginID] = h
+		stub, err := build.stub(v)
+		if err != nil {
+			return nil, "", err
 		}
-		stub := v.Stub()
-		setStubHealth(stub, h)
 		stubs = append(stubs, stub)
 	}
 	return stubs, "", nil
+}
+
+// stubBuilder makes the stubs of one read, with their plugin's health,
+// reading each plugin once however many volumes name it.
+type stubBuilder struct {
+	txn    *memdb.Txn
+	ws     memdb.WatchSet
+	health map[string]pluginHealth
+}
+
+func newStubBuilder(txn *memdb.Txn, ws memdb.WatchSet) *stubBuilder {
+	return &stubBuilder{txn: txn, ws: ws, health: map[string]pluginHealth{}}
+}
+
+func (b *stubBuilder) stub(v *structs.CSIVolume) (*structs.CSIVolListStub, error) {
+	h, ok := b.health[v.PluginID]
+	if !ok {
+		p, err := pluginByIDTxn(b.txn, b.ws, v.PluginID)
+		if err != nil {
+			return nil, err
+		}
+		h = healthOf(p)
+		b.health[v.PluginID] = h
+	}
+	stub := v.Stub()
+	setStubHealth(stub, h)
+	return stub, nil
 }
 
 // pageStubs cuts one page out of a complete list, with the same rules as
@@ -174,11 +194,13 @@ func pageStubs(all []*structs.CSIVolListStub, nextToken string, start volumeKey,
 // volumeKey is a volume's place in list order.
 type volumeKey struct{ namespace, id string }
 
-func (k volumeKey) less(o volumeKey) bool {
-	if k.namespace != o.namespace {
-		return k.namespace < o.namespace
+func (k volumeKey) less(o volumeKey) bool { return k.compare(o) < 0 }
+
+func (k volumeKey) compare(o volumeKey) int {
+	if c := strings.Compare(k.namespace, o.namespace); c != 0 {
+		return c
 	}
-	return k.id < o.id
+	return strings.Compare(k.id, o.id)
 }
 
 // parseVolumeToken splits "namespace/id". Neither part may contain '/'
@@ -214,6 +236,11 @@ type memoKey struct {
 	volumes, plugins            uint64
 }
 
+// sameList reports whether k and o name the same list, at any state.
+func (k memoKey) sameList(o memoKey) bool {
+	return k.namespace == o.namespace && k.prefix == o.prefix && k.pluginID == o.pluginID
+}
+
 type memoScan struct {
 	key   memoKey
 	stubs []*structs.CSIVolListStub
@@ -242,8 +269,7 @@ func (m *stubMemo) put(key memoKey, stubs []*structs.CSIVolListStub) {
 	kept := m.scans[:0]
 	m.stubs = 0
 	for _, sc := range m.scans {
-		same := sc.key.namespace == key.namespace && sc.key.prefix == key.prefix && sc.key.pluginID == key.pluginID
-		if !same {
+		if !sc.key.sameList(key) {
 			kept = append(kept, sc)
 			m.stubs += len(sc.stubs)
 		}
@@ -274,7 +300,7 @@ func (s *StateStore) patchStubs(txn *memdb.Txn, key memoKey) ([]*structs.CSIVolL
 	if !ok {
 		return nil, false
 	}
-	health := map[string]pluginHealth{}
+	build := newStubBuilder(txn, nil)
 	out := make([]*structs.CSIVolListStub, 0, len(old)+len(changed))
 	i := 0
 	for _, k := range changed {
@@ -292,17 +318,10 @@ func (s *StateStore) patchStubs(txn *memdb.Txn, key memoKey) ([]*structs.CSIVolL
 		if v == nil || !key.lists(v) {
 			continue
 		}
-		h, ok := health[v.PluginID]
-		if !ok {
-			p, err := pluginByIDTxn(txn, nil, v.PluginID)
-			if err != nil {
-				return nil, false
-			}
-			h = healthOf(p)
-			health[v.PluginID] = h
+		stub, err := build.stub(v)
+		if err != nil {
+			return nil, false
 		}
-		stub := v.Stub()
-		setStubHealth(stub, h)
 		out = append(out, stub)
 	}
 	return append(out, old[i:]...), true
@@ -321,9 +340,7 @@ func (m *stubMemo) older(key memoKey) ([]*structs.CSIVolListStub, uint64, bool) 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, sc := range m.scans {
-		k := sc.key
-		if k.namespace == key.namespace && k.prefix == key.prefix && k.pluginID == key.pluginID &&
-			k.plugins == key.plugins && k.volumes < key.volumes {
+		if k := sc.key; k.sameList(key) && k.plugins == key.plugins && k.volumes < key.volumes {
 			return sc.stubs, k.volumes, true
 		}
 	}
@@ -398,15 +415,7 @@ func (c *volumeChanges) between(from, to uint64, most int) ([]volumeKey, bool) {
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b volumeKey) int {
-		if a.less(b) {
-			return -1
-		}
-		if b.less(a) {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, volumeKey.compare)
 	return out, true
 }
 
@@ -417,26 +426,36 @@ func (s *StateStore) recordVolumeChanges(changes memdb.Changes) {
 		return
 	}
 	var keys []volumeKey
+	var index uint64
 	for _, ch := range changes {
-		if ch.Table != TableCSIVolumes {
-			continue
-		}
-		v, _ := ch.After.(*structs.CSIVolume)
-		if v == nil {
-			v, _ = ch.Before.(*structs.CSIVolume)
-		}
-		if v != nil {
-			keys = append(keys, volumeKey{v.Namespace, v.ID})
+		switch ch.Table {
+		case TableIndex:
+			// The write's own bump of the table's index row.
+			if e, ok := ch.After.(*IndexEntry); ok && e.Key == TableCSIVolumes {
+				index = e.Value
+			}
+		case TableCSIVolumes:
+			v, _ := ch.After.(*structs.CSIVolume)
+			if v == nil {
+				v, _ = ch.Before.(*structs.CSIVolume)
+			}
+			if v != nil {
+				keys = append(keys, volumeKey{v.Namespace, v.ID})
+			}
 		}
 	}
 	if len(keys) == 0 {
 		return
 	}
-	index, err := s.Index(TableCSIVolumes)
-	if err != nil {
-		// Not recorded: no memo is patched across this write.
-		s.changes.lose()
-		return
+	if index == 0 {
+		// The row was not bumped (an earlier write at the same index
+		// did): it holds the index already.
+		var err error
+		if index, err = s.Index(TableCSIVolumes); err != nil {
+			// Not recorded: no memo is patched across this write.
+			s.changes.lose()
+			return
+		}
 	}
 	s.changes.record(index, keys)
 }

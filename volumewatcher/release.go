@@ -143,6 +143,9 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		// write says whether the step this pass makes is checkpointed on
+		// its own.
+		write := true
 		switch claim.State {
 		case structs.CSIVolumeClaimStateTaken, structs.CSIVolumeClaimStateWaitingForClient, structs.CSIVolumeClaimStateUnpublishing:
 			node, err := st.NodeByID(nil, claim.NodeID)
@@ -225,12 +228,10 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 				// where it was, and the next one repeats the node step,
 				// which is idempotent (the volume is already unpublished
 				// there). One Raft write and one commit wait per claim
-				// fewer.
-				claim.State = structs.CSIVolumeClaimStateNodeDetached
-				claim.Attempts, claim.LastError, claim.NextAttempt, claim.AttemptInFlight = 0, "", 0, false
-				continue
+				// fewer. A skipped node step is written on its own, with
+				// its note.
+				write = false
 			}
-			// A skipped node step is written on its own, with its note.
 			claim.State = structs.CSIVolumeClaimStateNodeDetached
 		case structs.CSIVolumeClaimStateNodeDetached:
 			detach, why, err := w.needsControllerDetach(st, vol, claim)
@@ -278,6 +279,9 @@ func (w *Watcher) advance(ctx context.Context, vol *structs.CSIVolume, claim *st
 		}
 		// Progress clears the failure bookkeeping.
 		claim.Attempts, claim.LastError, claim.NextAttempt, claim.AttemptInFlight = 0, "", 0, false
+		if !write {
+			continue
+		}
 		if err := w.cfg.Backend.Checkpoint(vol.Namespace, vol.ID, claim, w.clock.Now()); err != nil {
 			return structs.Wrap(err, "checkpointing %s", claim.State)
 		}

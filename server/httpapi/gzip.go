@@ -64,14 +64,15 @@ type gzipRecent struct {
 type gzipEntry struct{ plain, gz []byte }
 
 // compress returns body gzipped. A shared body (never changed by anyone)
-// is kept as it is rather than copied, and found again by its address.
+// is kept as it is rather than copied, and found again by its address
+// (sameSlice) without a comparison.
 func (g *gzipRecent) compress(body []byte, shared bool) []byte {
 	if len(body) < gzipCachedMin {
 		return gzipBytes(body)
 	}
 	g.mu.Lock()
 	for _, e := range g.entries {
-		if sameBytes(e.plain, body) || bytes.Equal(e.plain, body) {
+		if sameSlice(e.plain, body) || bytes.Equal(e.plain, body) {
 			g.mu.Unlock()
 			return e.gz
 		}
@@ -91,11 +92,4 @@ func (g *gzipRecent) compress(body []byte, shared bool) []byte {
 	g.entries = append(g.entries, gzipEntry{plain: plain, gz: gz})
 	g.mu.Unlock()
 	return gz
-}
-
-// sameBytes reports whether a and b are the same bytes in memory: a shared
-// body written again, which needs no comparison. An entry keeps its plain
-// body alive, so no other buffer can have its address.
-func sameBytes(a, b []byte) bool {
-	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }

@@ -449,21 +449,23 @@ type sharedJSON []byte
 // it is large enough (writeBody).
 func (h *handler) writeJSON(w http.ResponseWriter, r *http.Request, out any) {
 	_, pretty := r.URL.Query()["pretty"]
-	if shared, ok := out.(sharedJSON); ok {
-		if !pretty {
-			h.writeBody(w, r, shared, true)
-			return
-		}
-		out = json.RawMessage(shared)
+	var encoded []byte
+	shared, pooled := false, false
+	switch b := out.(type) {
+	case sharedJSON:
+		encoded, shared = b, true
+	case rawJSON:
+		encoded, pooled = b, true
 	}
-	if raw, ok := out.(rawJSON); ok {
+	if shared || pooled {
+		if pooled {
+			defer putBuffer(encoded)
+		}
 		if !pretty {
-			h.writeBody(w, r, raw, false)
-			putBuffer(raw)
+			h.writeBody(w, r, encoded, shared)
 			return
 		}
-		defer putBuffer(raw)
-		out = json.RawMessage(raw)
+		out = json.RawMessage(encoded)
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

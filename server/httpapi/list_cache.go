@@ -43,13 +43,13 @@ type stubCache struct {
 	// kept are the latest large lists encoded again, by the identity of
 	// their stubs: the state store hands out the same slice for a list
 	// polled at an unchanged state (its list memo), whose body is then the
-	// same too. seen are the latest large lists encoded, whose body is kept
-	// only once it comes again: lists under a stream of writes, each
+	// same too. listedOnce are the latest large lists encoded, whose body
+	// is kept only once it comes again: lists under a stream of writes, each
 	// different, cost no copy. Both hold keptLists at most, so that a few
 	// lists polled in turn (namespaces, plugins) all keep theirs.
-	lastMu sync.Mutex
-	kept   []encodedList
-	seen   [][]*structs.CSIVolListStub
+	lastMu     sync.Mutex
+	kept       []encodedList
+	listedOnce [][]*structs.CSIVolListStub
 	// prev is the latest large list encoded with the cache entries of its
 	// stubs, for the next list that shares most of them (see encodeStubs).
 	prev encodedStubs
@@ -70,9 +70,10 @@ type encodedList struct {
 	body  []byte
 }
 
-// sameStubs reports whether a and b are the same slice (not merely equal
-// ones). last keeps its slice alive, so no other can take its address.
-func sameStubs(a, b []*structs.CSIVolListStub) bool {
+// sameSlice reports whether a and b are the same slice, not merely equal
+// ones: the same elements in memory. The caches that compare keep their
+// slice alive, so no other slice can take its address.
+func sameSlice[T any](a, b []T) bool {
 	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }
 
@@ -140,14 +141,14 @@ func (c *stubCache) encode(stubs []*structs.CSIVolListStub, scope listScope) (bo
 	}
 	c.lastMu.Lock()
 	for _, k := range c.kept {
-		if sameStubs(k.stubs, stubs) {
+		if sameSlice(k.stubs, stubs) {
 			c.lastMu.Unlock()
 			return k.body, false, nil
 		}
 	}
-	again := slices.ContainsFunc(c.seen, func(s []*structs.CSIVolListStub) bool { return sameStubs(s, stubs) })
+	again := slices.ContainsFunc(c.listedOnce, func(s []*structs.CSIVolListStub) bool { return sameSlice(s, stubs) })
 	if !again {
-		c.seen = pushBounded(c.seen, stubs)
+		c.listedOnce = pushBounded(c.listedOnce, stubs)
 	}
 	c.lastMu.Unlock()
 	if body, err = c.encodeStubs(stubs, scope); err != nil {
