@@ -1,10 +1,14 @@
 package rpc
 
 import (
+	"net"
+	netrpc "net/rpc"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/yamux"
 )
 
 // BenchmarkPoolRPC measures round trips of a small call over one pooled
@@ -52,4 +56,36 @@ func BenchmarkPoolRPC(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 	})
+}
+
+// BenchmarkCallOnSession measures calls from a server to a client agent
+// over the session the agent dialed, each on a stream of its own, as the
+// volume watcher's detach calls are made.
+func BenchmarkCallOnSession(b *testing.B) {
+	ts := startServer(b, serverOpts{})
+	clientSrv := netrpc.NewServer()
+	if err := clientSrv.RegisterName("ClientCSI", clientEndpoint{}); err != nil {
+		b.Fatal(err)
+	}
+	p := newTestPool(b, PoolConfig{
+		AcceptStreams: func(stream net.Conn) { clientSrv.ServeCodec(NewServerCodec(stream, 0)) },
+	})
+	if err := p.RPC(ts.addr, "Test.Echo", &EchoArgs{Msg: "register"}, &EchoReply{}); err != nil {
+		b.Fatal(err)
+	}
+	var sess *yamux.Session
+	select {
+	case sess = <-ts.sessions:
+	case <-time.After(5 * time.Second):
+		b.Fatal("the server was not told of the client's session")
+	}
+	args := &EchoArgs{Msg: "vol"}
+	b.ReportAllocs()
+	for b.Loop() {
+		var reply EchoReply
+		if err := CallOnSession(sess, "ClientCSI.NodeDetach", args, &reply, 5*time.Second); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 }

@@ -1,11 +1,13 @@
 package rpc
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	netrpc "net/rpc"
+	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
@@ -31,8 +33,27 @@ const maxKeptBodyBuf = 64 << 10
 // net-rpc-msgpackrpc's codec (so the wire form is exactly that library's);
 // reads go through a frameReader and are decoded from bytes (see frameReader
 // for why).
+//
+// What it holds for its connection (buffers, a decoder, the library's
+// writer) is a codecState, taken from a pool when the codec is made and
+// put back when it is closed after a clean conversation: most codecs serve
+// one stream for one call (an agent call, each stream a server accepts),
+// and their buffers were most of what such a call allocated.
 type msgCodec struct {
-	frames *frameReader
+	// mu is read-held by every read and write and held by Close while it
+	// takes the state back, so a state goes back to the pool only when no
+	// read or write of this codec can still reach it: Close closes the
+	// connection first, which ends any read or write in flight.
+	mu      sync.RWMutex
+	s       *codecState // nil once closed
+	closing atomic.Bool
+}
+
+// codecState is a codec's state for one connection, reused across
+// connections (see msgCodec).
+type codecState struct {
+	conn   streamConn
+	frames frameReader
 	dec    *codec.Decoder
 	w      *msgpackrpc.MsgpackCodec
 	hdr    []byte // reused buffer for header frames, which decode into strings and ints only
@@ -47,15 +68,57 @@ type msgCodec struct {
 	// read or decoded, the stream may be misaligned, so every later read
 	// fails and net/rpc closes the connection.
 	err error
+	// dirty is set by a failed write: the library's writer may hold part of
+	// a message, or have closed itself, so the state is not reused.
+	dirty bool
 }
 
-func newMsgCodec(conn io.ReadWriteCloser, limit int64, what string) *msgCodec {
-	return &msgCodec{
-		frames: newFrameReader(conn, limit, what),
-		dec:    codec.NewDecoderBytes(nil, structs.MsgpackHandle),
-		// Unbuffered reads: the library's decoder over conn is never used.
-		w: msgpackrpc.NewCodecFromHandle(false, true, conn, structs.MsgpackHandle),
+// streamConn is the connection a codecState reads and writes through; it
+// is pointed at each connection the state serves.
+type streamConn struct {
+	c     io.ReadWriteCloser
+	state *codecState
+}
+
+func (sc *streamConn) Read(p []byte) (int, error) { return sc.c.Read(p) }
+
+func (sc *streamConn) Write(p []byte) (int, error) {
+	n, err := sc.c.Write(p)
+	if err != nil {
+		sc.state.dirty = true
 	}
+	return n, err
+}
+
+func (sc *streamConn) Close() error {
+	// The library closes its connection after a failed write.
+	sc.state.dirty = true
+	return sc.c.Close()
+}
+
+var codecStates = sync.Pool{New: func() any {
+	s := &codecState{dec: codec.NewDecoderBytes(nil, structs.MsgpackHandle)}
+	s.conn.state = s
+	s.frames.r = bufio.NewReader(nil)
+	// Unbuffered reads: the library's decoder over conn is never used.
+	s.w = msgpackrpc.NewCodecFromHandle(false, true, &s.conn, structs.MsgpackHandle)
+	return s
+}}
+
+// putCodecState takes back the state of a codec closed cleanly (a variable
+// for tests).
+var putCodecState = func(s *codecState) { codecStates.Put(s) }
+
+func newMsgCodec(conn io.ReadWriteCloser, limit int64, what string) *msgCodec {
+	return bindCodec(codecStates.Get().(*codecState), conn, limit, what)
+}
+
+// bindCodec makes a codec for conn out of a state no other codec holds.
+func bindCodec(s *codecState, conn io.ReadWriteCloser, limit int64, what string) *msgCodec {
+	s.conn.c = conn
+	s.frames.reset(&s.conn, limit, what)
+	s.err, s.dirty = nil, false
+	return &msgCodec{s: s}
 }
 
 // NewServerCodec returns the codec to serve one connection (or one yamux
@@ -83,31 +146,74 @@ func NewClientCodec(conn io.ReadWriteCloser) netrpc.ClientCodec {
 
 // readFrame reads one frame and decodes it into v; a nil v skips the frame.
 func (c *msgCodec) readFrame(v any, header bool) error {
-	if c.err != nil {
-		return c.err
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	s := c.s
+	if s == nil {
+		return net.ErrClosed
 	}
-	buf := c.body[:0]
+	if s.err != nil {
+		return s.err
+	}
+	buf := s.body[:0]
 	if header {
-		c.frames.startMessage()
-		buf = c.hdr[:0]
+		s.frames.startMessage()
+		buf = s.hdr[:0]
 	}
-	buf, err := c.frames.next(buf)
+	buf, err := s.frames.next(buf)
 	switch {
 	case header && cap(buf) <= maxKeptHeaderBuf:
 		// A rare huge header is not worth keeping for the connection's life.
-		c.hdr = buf
+		s.hdr = buf
 	case !header && cap(buf) <= maxKeptBodyBuf:
-		c.body = buf
+		s.body = buf
 	}
 	if err == nil && v != nil {
-		c.dec.ResetBytes(buf)
-		err = c.dec.Decode(v)
+		s.dec.ResetBytes(buf)
+		err = s.dec.Decode(v)
 	}
-	c.err = err
+	s.err = err
 	return err
 }
 
-func (c *msgCodec) Close() error { return c.w.Close() }
+// write writes one message (a request or a response) with the library's
+// codec.
+func (c *msgCodec) write(fn func(w *msgpackrpc.MsgpackCodec) error) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	s := c.s
+	if s == nil {
+		return net.ErrClosed
+	}
+	err := fn(s.w)
+	if err != nil {
+		s.dirty = true
+	}
+	return err
+}
+
+// Close closes the connection and, when the conversation on it ended
+// cleanly, puts the codec's state back for another connection. Later calls
+// on the codec fail with net.ErrClosed.
+func (c *msgCodec) Close() error {
+	if c.closing.Swap(true) {
+		return nil
+	}
+	c.mu.RLock()
+	s := c.s
+	c.mu.RUnlock()
+	// Closing the connection ends any read or write still waiting on it.
+	err := s.conn.c.Close()
+	c.mu.Lock()
+	c.s = nil
+	c.mu.Unlock()
+	s.conn.c = nil
+	if !s.dirty {
+		s.dec.ResetBytes(nil)
+		putCodecState(s)
+	}
+	return err
+}
 
 type serverCodec struct{ *msgCodec }
 
@@ -128,13 +234,13 @@ func (c *serverCodec) ReadRequestBody(body any) error {
 }
 
 func (c *serverCodec) WriteResponse(r *netrpc.Response, body any) error {
-	return c.w.WriteResponse(r, body)
+	return c.write(func(w *msgpackrpc.MsgpackCodec) error { return w.WriteResponse(r, body) })
 }
 
 type clientCodec struct{ *msgCodec }
 
 func (c *clientCodec) WriteRequest(r *netrpc.Request, body any) error {
-	return c.w.WriteRequest(r, body)
+	return c.write(func(w *msgpackrpc.MsgpackCodec) error { return w.WriteRequest(r, body) })
 }
 
 func (c *clientCodec) ReadResponseHeader(r *netrpc.Response) error {

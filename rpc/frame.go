@@ -45,6 +45,13 @@ func newFrameReader(r io.Reader, limit int64, what string) *frameReader {
 	return &frameReader{r: bufio.NewReader(r), limit: limit, left: limit, what: what}
 }
 
+// reset readies a frameReader to read r, keeping its buffer: what was
+// buffered from the previous reader is dropped.
+func (f *frameReader) reset(r io.Reader, limit int64, what string) {
+	f.r.Reset(r)
+	f.limit, f.left, f.what = limit, limit, what
+}
+
 // startMessage resets the byte budget; it is called before a header frame.
 func (f *frameReader) startMessage() { f.left = f.limit }
 
