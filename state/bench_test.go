@@ -101,3 +101,61 @@ func BenchmarkCSIVolumeWrite(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClaimRelease takes one claim through the state writes of its
+// release, as each server applies them: the allocation stopped, its client
+// reporting the tasks stopped, the node step's checkpoint and the free.
+// The store holds the other claims being released.
+func BenchmarkClaimRelease(b *testing.B) {
+	s := TestStateStore(b)
+	if err := s.UpsertNode(1, healthyNodePlugin("n1", "p")); err != nil {
+		b.Fatal(err)
+	}
+	index := uint64(10)
+	allocs := make([]*structs.Allocation, b.N)
+	for i := range b.N {
+		vol := testVolume(fmt.Sprintf("vol-%06d", i), "p")
+		vol.MountOptions = &structs.CSIMountOptions{FSType: "ext4"}
+		vol.Context = map[string]string{"zone": "a"}
+		a := testAlloc(fmt.Sprintf("alloc-%06d", i), "n1")
+		c := writeClaim(a.ID, "n1")
+		c.PublishContext = map[string]string{"device": "/dev/xvdb"}
+		index += 3
+		if err := s.UpsertCSIVolume(index, []*structs.CSIVolume{vol}); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.UpsertAllocs(index+1, []*structs.Allocation{a}); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.CSIVolumeClaim(index+2, 1, ns, vol.ID, c); err != nil {
+			b.Fatal(err)
+		}
+		allocs[i] = a
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i, a := range allocs {
+		volID := fmt.Sprintf("vol-%06d", i)
+		stopped := a.Copy()
+		stopped.DesiredStatus = structs.AllocDesiredStatusStop
+		index++
+		if err := s.UpsertAllocs(index, []*structs.Allocation{stopped}); err != nil {
+			b.Fatal(err)
+		}
+		done := stopped.Copy()
+		done.ClientStatus = structs.AllocClientStatusComplete
+		index++
+		if err := s.UpdateAllocsFromClient(index, []*structs.Allocation{done}); err != nil {
+			b.Fatal(err)
+		}
+		c := writeClaim(a.ID, "n1")
+		for _, st := range []structs.CSIVolumeClaimState{structs.CSIVolumeClaimStateNodeDetached, structs.CSIVolumeClaimStateReadyToFree} {
+			c.State = st
+			index++
+			refused, err := s.CSIVolumeCheckpoints(index, 2, ns, []structs.CSIVolumeCheckpoint{{VolumeID: volID, Claim: c}})
+			if err != nil || refused[0] != nil {
+				b.Fatal(err, refused[0])
+			}
+		}
+	}
+}

@@ -9,18 +9,35 @@ import (
 	"github.com/volplane/volplane/structs"
 )
 
-// indexPastClaims indexes volumes by whether they have claims being
-// released, so the release watcher finds its work without reading every
-// volume, and a change to a volume without past claims never wakes it.
+// indexPastClaims indexes the volumes that have claims being released, and
+// only those, so the release watcher finds its work without reading every
+// volume, a change to a volume without past claims never wakes it, and
+// writing such a volume (every register and claim) costs no insert here.
 const indexPastClaims = "past_claims"
 
 func pastClaimsIndex() *memdb.IndexSchema {
-	return &memdb.IndexSchema{
-		Name: indexPastClaims,
-		Indexer: &memdb.ConditionalIndex{Conditional: func(obj any) (bool, error) {
-			return len(obj.(*structs.CSIVolume).PastClaims) > 0, nil
-		}},
+	return &memdb.IndexSchema{Name: indexPastClaims, AllowMissing: true, Indexer: pastClaimsIndexer{}}
+}
+
+// pastClaimsIndexer is a memdb.SingleIndexer that puts a volume with past
+// claims under one key, and leaves every other volume out.
+type pastClaimsIndexer struct{}
+
+var pastClaimsKey = []byte{1}
+
+func (pastClaimsIndexer) FromObject(obj any) (bool, []byte, error) {
+	v, ok := obj.(*structs.CSIVolume)
+	if !ok {
+		return false, nil, fmt.Errorf("state: past claims index of a %T", obj)
 	}
+	return len(v.PastClaims) > 0, pastClaimsKey, nil
+}
+
+func (pastClaimsIndexer) FromArgs(args ...any) ([]byte, error) {
+	if len(args) != 0 {
+		return nil, fmt.Errorf("state: the past claims index takes no arguments, not %d", len(args))
+	}
+	return pastClaimsKey, nil
 }
 
 // indexClaimAlloc indexes volumes by the allocations that hold a live
@@ -72,7 +89,7 @@ func (claimAllocIndexer) FromArgs(args ...any) ([]byte, error) {
 // with a claim being released. The watch it adds fires only when that set,
 // or one of its members, changes.
 func (s *StateStore) CSIVolumesWithPastClaims(ws memdb.WatchSet) (memdb.ResultIterator, error) {
-	return getWatch(s.db.Txn(false), ws, TableCSIVolumes, indexPastClaims, true)
+	return getWatch(s.db.Txn(false), ws, TableCSIVolumes, indexPastClaims)
 }
 
 // CSIPastClaimsByState counts the claims being released, by state name,
@@ -120,7 +137,7 @@ func releaseAllocClaimsTxn(txn *memdb.Txn, index uint64, now int64, alloc *struc
 		if held == nil || existing.PastClaims[alloc.ID] != nil {
 			continue
 		}
-		v := existing.Copy()
+		v := existing.CopyClaims()
 		past := held.Copy()
 		past.State, past.Note = structs.CSIVolumeClaimStateUnpublishing, ""
 		if !alloc.ClientTerminal() {
@@ -152,7 +169,7 @@ func clientDoneClaimsTxn(txn *memdb.Txn, index uint64, now int64, alloc *structs
 		if past == nil || past.State != structs.CSIVolumeClaimStateWaitingForClient {
 			continue
 		}
-		v := existing.Copy()
+		v := existing.CopyClaims()
 		p := v.PastClaims[alloc.ID]
 		p.State, p.Note = structs.CSIVolumeClaimStateUnpublishing, ""
 		v.ModifyIndex, v.ModifyTime = index, now

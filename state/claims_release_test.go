@@ -50,16 +50,17 @@ func TestRelease_TerminalAllocReleasesItsClaims(t *testing.T) {
 	iter, err := s.CSIVolumesWithPastClaims(ws)
 	must.NoError(t, err)
 	must.Nil(t, iter.Next())
+	// Volumes without past claims are not in the index at all: writing one
+	// does not wake a watcher, even while no volume has past claims.
+	must.NoError(t, s.UpsertCSIVolume(15, []*structs.CSIVolume{mock.CSIVolume("dev")}))
+	must.True(t, ws.Watch(time.After(50*time.Millisecond)), must.Sprint("an unrelated volume woke the watcher"))
 
 	done := alloc.Copy()
 	done.ClientStatus = structs.AllocClientStatusComplete
 	must.NoError(t, s.UpsertAllocs(16, []*structs.Allocation{done}))
 	must.False(t, ws.Watch(time.After(5*time.Second)), must.Sprint("a release wakes the watcher"))
 
-	// Once there is work, a write to a volume without past claims does not
-	// wake a watcher waiting on the volumes with past claims. (While there
-	// are none, memdb watches the index's root, and any volume write wakes
-	// it once: the watcher then finds nothing, at no cost.)
+	// Nor once there is work.
 	ws = memdb.NewWatchSet()
 	_, err = s.CSIVolumesWithPastClaims(ws)
 	must.NoError(t, err)

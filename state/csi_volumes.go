@@ -345,7 +345,8 @@ func (s *StateStore) CSIVolumeClaim(index uint64, now int64, namespace, id strin
 
 // CheckCSIVolumeClaim applies the rules of a new claim (state taken)
 // without writing anything, and returns the volume with its plugin health
-// derived. The leader calls it on its snapshot so that a refused claim
+// derived. Only its claims are its own (CopyClaims): the rest is shared
+// with the stored row and read only. The leader calls it on its snapshot so that a refused claim
 // costs no Raft entry; the write applies the same rules again.
 func (s *StateStore) CheckCSIVolumeClaim(namespace, id string, claim *structs.CSIVolumeClaim) (*structs.CSIVolume, error) {
 	if claim != nil && claim.State != structs.CSIVolumeClaimStateTaken {
@@ -367,7 +368,8 @@ func (s *StateStore) CheckCSIVolumeClaim(namespace, id string, claim *structs.CS
 }
 
 // claimTargetTxn returns the stored volume a claim or checkpoint is for and
-// a copy of it, with its plugin health derived, for the caller to change.
+// a copy of it (structs.CSIVolume.CopyClaims), with its plugin health
+// derived, whose claims the caller may change.
 func claimTargetTxn(txn *memdb.Txn, namespace, id string, claim *structs.CSIVolumeClaim) (existing, v *structs.CSIVolume, err error) {
 	if claim == nil {
 		return nil, nil, structs.ErrInvalid("volume %q: missing claim", id)
@@ -379,7 +381,7 @@ func claimTargetTxn(txn *memdb.Txn, namespace, id string, claim *structs.CSIVolu
 	if existing == nil {
 		return nil, nil, structs.ErrNotFound("volume %q not found (allocation %q)", id, claim.AllocationID)
 	}
-	v = existing.Copy()
+	v = existing.CopyClaims()
 	if err := denormalizeTxn(txn, nil, v); err != nil {
 		return nil, nil, err
 	}

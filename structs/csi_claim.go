@@ -145,6 +145,23 @@ func copyClaims(m map[string]*CSIVolumeClaim) map[string]*CSIVolumeClaim {
 	return out
 }
 
+// shallowCopyClaims copies m and each claim in it, sharing the claims'
+// publish contexts (see CSIVolume.CopyClaims).
+func shallowCopyClaims(m map[string]*CSIVolumeClaim) map[string]*CSIVolumeClaim {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]*CSIVolumeClaim, len(m))
+	for k, c := range m {
+		if c != nil {
+			cc := *c
+			c = &cc
+		}
+		out[k] = c
+	}
+	return out
+}
+
 func (c *CSIVolumeClaim) describe() string {
 	return fmt.Sprintf("allocation %q on node %q holds a %s claim (%s)", c.AllocationID, c.NodeID, c.Mode, c.AccessMode)
 }
