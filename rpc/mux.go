@@ -370,7 +370,7 @@ func (c *limitedConn) Close() error {
 // the remote opens as an RPC connection.
 func (m *Mux) serveSession(conn net.Conn, peer Peer) {
 	remote := peer.Addr
-	sess, err := yamux.Server(conn, m.yamuxCfg)
+	sess, err := yamux.Server(newFrameConn(conn), m.yamuxCfg)
 	if err != nil {
 		m.logger.Error("cannot start yamux session", "remote", remote, "error", err)
 		conn.Close()

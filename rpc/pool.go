@@ -469,7 +469,7 @@ func (p *ConnPool) dialSession(addr string) (*yamux.Session, error) {
 		}
 		return nil, connErr(fmt.Errorf("handshake with %s: %w", addr, err))
 	}
-	sess, err := yamux.Client(conn, p.yamuxCfg)
+	sess, err := yamux.Client(newFrameConn(conn), p.yamuxCfg)
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("yamux client for %s: %w", addr, err)
