@@ -9,6 +9,7 @@ import (
 	netrpc "net/rpc"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	msgpackrpc "github.com/hashicorp/net-rpc-msgpackrpc/v2"
@@ -202,8 +203,12 @@ func (c *msgCodec) Close() error {
 	c.mu.RLock()
 	s := c.s
 	c.mu.RUnlock()
-	// Closing the connection ends any read or write still waiting on it.
+	// Closing the connection, and a deadline for a yamux stream (whose
+	// Close only half-closes it), ends any read or write still waiting.
 	err := s.conn.c.Close()
+	if d, ok := s.conn.c.(interface{ SetDeadline(time.Time) error }); ok {
+		_ = d.SetDeadline(time.Now())
+	}
 	c.mu.Lock()
 	c.s = nil
 	c.mu.Unlock()

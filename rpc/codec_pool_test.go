@@ -6,9 +6,12 @@ import (
 	"io"
 	"net"
 	netrpc "net/rpc"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/hashicorp/yamux"
 
 	"github.com/shoenig/test/must"
 )
@@ -112,3 +115,50 @@ func (*unencodable) CodecDecodeSelf(*codec.Decoder) {}
 type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
+
+// TestCodec_CloseWakesABlockedRead: closing a codec while a read waits on a
+// yamux stream (whose Close only half-closes it) ends that read and
+// returns, instead of waiting for the peer to close its side.
+func TestCodec_CloseWakesABlockedRead(t *testing.T) {
+	a, b := net.Pipe()
+	client, err := yamux.Client(a, nil)
+	must.NoError(t, err)
+	server, err := yamux.Server(b, nil)
+	must.NoError(t, err)
+	t.Cleanup(func() { client.Close(); server.Close() })
+	stream, err := client.Open()
+	must.NoError(t, err)
+	peer, err := server.Accept()
+	must.NoError(t, err)
+	defer peer.Close()
+
+	reading := &readSignal{Conn: stream, entered: make(chan struct{})}
+	cc := NewClientCodec(reading)
+	read := make(chan error, 1)
+	go func() {
+		var resp netrpc.Response
+		read <- cc.ReadResponseHeader(&resp)
+	}()
+	<-reading.entered
+	closed := make(chan error, 1)
+	go func() { closed <- cc.Close() }()
+	select {
+	case err := <-closed:
+		must.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for a read the peer never answers")
+	}
+	must.Error(t, <-read)
+}
+
+// readSignal closes entered when a read first reaches the connection.
+type readSignal struct {
+	net.Conn
+	once    sync.Once
+	entered chan struct{}
+}
+
+func (r *readSignal) Read(p []byte) (int, error) {
+	r.once.Do(func() { close(r.entered) })
+	return r.Conn.Read(p)
+}
