@@ -479,6 +479,19 @@ func runHTTPNomad(ctx context.Context, cfg *Config, dir string, rep *Report) (er
 		return err
 	}
 
+	// The bare Raft cluster, beside both, shows what the Raft stack that
+	// both are built on does alone at each level, on this machine.
+	entryBytes, err := registerEntryBytes()
+	if err != nil {
+		return err
+	}
+	cfg.progress("http-nomad: starting a 3-node bare raft cluster")
+	base, err := startBaseline(ctx, cfg, filepath.Join(dir, "http-nomad-raft"), entryBytes)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, base.close()) }()
+
 	next := map[string]int{"nomad": 1, "volplane": 1}
 	registerSide := func(name, addr string, writers int, client *http.Client) *side {
 		return &side{name: name, run: func(n int) ([]time.Duration, time.Duration, error) {
@@ -495,7 +508,9 @@ func runHTTPNomad(ctx context.Context, cfg *Config, dir string, rep *Report) (er
 			ops = max(1, ops/4)
 		}
 		client := &http.Client{Timeout: callTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: writers}}
-		sides := []*side{registerSide("nomad", nc.leader.httpAddr, writers, client), registerSide("volplane", leader.httpAddr, writers, client)}
+		bare := baselineSide(ctx, base, writers)
+		bare.name = "bare raft"
+		sides := []*side{registerSide("nomad", nc.leader.httpAddr, writers, client), registerSide("volplane", leader.httpAddr, writers, client), bare}
 		err := interleave(cfg, PhaseHTTPNomad, writers, ops, min(cfg.Rounds, ops), sides)
 		// Each level's connections go: they count against the servers'
 		// per-address limits.
@@ -503,7 +518,7 @@ func runHTTPNomad(ctx context.Context, cfg *Config, dir string, rep *Report) (er
 		if err != nil {
 			return err
 		}
-		rep.addNomad(writers, &sides[0].s, &sides[1].s)
+		rep.addNomad(writers, entryBytes, &sides[0].s, &sides[1].s, &sides[2].s)
 	}
 	if now, err := pc.agreedLeader(ctx); err != nil || now != leader {
 		rep.Notes = append(rep.Notes, "the volplane leader changed during the http-nomad phase: figures are skewed")
@@ -516,12 +531,16 @@ func runHTTPNomad(ctx context.Context, cfg *Config, dir string, rep *Report) (er
 
 // addNomad adds an http-nomad level: Nomad's figures, then volplane's with
 // its rate as a multiple of Nomad's (the median over the rounds of the two
-// rates within a round); only the NomadTargetWriters level has a target.
-func (r *Report) addNomad(writers int, nomad, volplane *series) {
+// rates within a round), then the bare Raft cluster's the same way; only
+// volplane's row at NomadTargetWriters has a target.
+func (r *Report) addNomad(writers, entryBytes int, nomad, volplane, bare *series) {
 	r.addPaired(PhaseHTTPNomad, writers, "nomad", nomad, "volplane", volplane, NomadTargetRatio,
 		"PUT /v1/volume/csi/:id, one volume per request, to each cluster's leader")
 	if writers != NomadTargetWriters {
 		last := &r.Results[len(r.Results)-1]
 		last.Target, last.Pass = "", nil
 	}
+	r.Results = append(r.Results, pairedResult(PhaseHTTPNomad, writers, nomad, "bare raft", bare, fmt.Sprintf(
+		"raft.Apply of %d-byte entries (a register entry's size) on 3 bare raft + raft-boltdb nodes with a no-op state machine, "+
+			"in the benchmark's process, on the same disk: what the Raft stack alone does at this concurrency", entryBytes)))
 }

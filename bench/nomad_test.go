@@ -99,54 +99,57 @@ func TestNomadPluginJob(t *testing.T) {
 	}
 }
 
-// TestAddNomad: each level reports Nomad's figures, then volplane's with
-// the median of the round ratios; only the 16-writer level is judged,
-// against 5x.
+// TestAddNomad: each level reports Nomad's figures, then volplane's and
+// the bare Raft cluster's, each with the median of its round ratios to
+// Nomad's; only volplane's 16-writer row is judged, against 5x.
 func TestAddNomad(t *testing.T) {
-	level := func(nomadRates, vpRates []float64) (nomad, vp *series) {
-		nomad, vp = &series{}, &series{}
-		for i := range nomadRates {
+	rounds := func(rates ...float64) *series {
+		s := &series{}
+		for _, rate := range rates {
 			// 100 ops per round, at the given rate.
-			nomad.add(make([]time.Duration, 100), time.Duration(100/nomadRates[i]*float64(time.Second)))
-			vp.add(make([]time.Duration, 100), time.Duration(100/vpRates[i]*float64(time.Second)))
+			s.add(make([]time.Duration, 100), time.Duration(100/rate*float64(time.Second)))
 		}
-		return nomad, vp
+		return s
 	}
 	var r Report
 	for _, lv := range []struct {
-		writers int
-		vpRates []float64
-	}{{1, []float64{200, 300, 250}}, {16, []float64{400, 600, 500}}, {64, []float64{900, 700, 800}}} {
-		nomad, vp := level([]float64{100, 100, 100}, lv.vpRates)
-		r.addNomad(lv.writers, nomad, vp)
+		writers           int
+		vpRates, rawRates []float64
+	}{
+		{1, []float64{200, 300, 250}, []float64{300, 300, 300}},
+		{16, []float64{400, 600, 500}, []float64{700, 800, 900}},
+		{64, []float64{900, 700, 800}, []float64{1000, 1000, 1000}},
+	} {
+		r.addNomad(lv.writers, 931, rounds(100, 100, 100), rounds(lv.vpRates...), rounds(lv.rawRates...))
 	}
-	if len(r.Results) != 6 {
-		t.Fatalf("%d results, want 6", len(r.Results))
+	if len(r.Results) != 9 {
+		t.Fatalf("%d results, want 9", len(r.Results))
 	}
 	for i, res := range r.Results {
-		want := "nomad"
-		if i%2 == 1 {
-			want = "volplane"
-		}
+		want := []string{"nomad", "volplane", "bare raft"}[i%3]
 		if res.Phase != PhaseHTTPNomad || res.Cluster != want || res.Ops != 300 {
 			t.Errorf("result %d: %+v", i, res)
 		}
 	}
-	for i, want := range map[int]float64{1: 2.5, 3: 5, 5: 8} {
+	for i, want := range map[int]float64{1: 2.5, 2: 3, 4: 5, 5: 8, 7: 8, 8: 10} {
 		if got := r.Results[i].ThroughputRatio; got != want {
 			t.Errorf("result %d: ratio %v, want %v", i, got, want)
 		}
 	}
-	if r.Results[1].Pass != nil || r.Results[5].Pass != nil || r.Results[0].Pass != nil {
-		t.Errorf("a level other than 16 writers is judged: %+v", r.Results)
+	for i, res := range r.Results {
+		if i != 4 && res.Pass != nil {
+			t.Errorf("result %d is judged: %+v", i, res)
+		}
 	}
-	if p := r.Results[3].Pass; p == nil || !*p || r.Results[3].Target != "ops/s >= 5x" {
-		t.Errorf("16 writers at 5x: %+v", r.Results[3])
+	if p := r.Results[4].Pass; p == nil || !*p || r.Results[4].Target != "ops/s >= 5x" {
+		t.Errorf("16 writers at 5x: %+v", r.Results[4])
+	}
+	if !strings.Contains(r.Results[5].Detail, "931-byte entries") {
+		t.Errorf("the bare raft row does not say what it applied: %q", r.Results[5].Detail)
 	}
 
 	var miss Report
-	nomad, vp := level([]float64{100, 100, 100}, []float64{400, 600, 450})
-	miss.addNomad(16, nomad, vp)
+	miss.addNomad(16, 931, rounds(100, 100, 100), rounds(400, 600, 450), rounds(900, 900, 900))
 	if p := miss.Results[1].Pass; p == nil || *p || miss.allPass() {
 		t.Errorf("16 writers at 4.5x passes: %+v", miss.Results[1])
 	}
@@ -213,15 +216,15 @@ func TestHTTPNomadPhase(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v\nprogress:\n%s", err, progress.String())
 	}
-	if len(rep.Results) != 6 {
-		t.Fatalf("%d results, want 6: %+v\nnotes: %v", len(rep.Results), rep.Results, rep.Notes)
+	if len(rep.Results) != 9 {
+		t.Fatalf("%d results, want 9 (nomad, volplane and bare raft at 3 levels): %+v\nnotes: %v", len(rep.Results), rep.Results, rep.Notes)
 	}
 	for i, res := range rep.Results {
 		wantOps := map[int]int{1: 10, 16: 40, 64: 40}[res.Concurrency]
 		if res.Phase != PhaseHTTPNomad || res.Ops != wantOps || res.OpsPerSec <= 0 || res.P50 <= 0 {
 			t.Errorf("result %d: %+v", i, res)
 		}
-		if res.Cluster == "volplane" && res.ThroughputRatio <= 0 {
+		if res.Cluster != "nomad" && res.ThroughputRatio <= 0 {
 			t.Errorf("result %d without its ratio: %+v", i, res)
 		}
 		if judged := res.Cluster == "volplane" && res.Concurrency == NomadTargetWriters; judged != (res.Pass != nil) {

@@ -321,8 +321,22 @@ func benchVolume(n int64) *structs.CSIVolume {
 // the leader writes it: the volume with its namespace and the plugin's
 // provider filled in, and the leader's timestamp.
 func (vp *volplane) encodeEntry(v *structs.CSIVolume) ([]byte, error) {
+	return encodeRegisterEntry(v, vp.provider, vp.providerVersion)
+}
+
+// registerEntryBytes is the size of the Raft entry of a one-volume register
+// of the benchmark's plugin.
+func registerEntryBytes() (int, error) {
+	info := benchNode().CSINodePlugins[benchPlugin]
+	buf, err := encodeRegisterEntry(benchVolume(1), info.Provider, info.ProviderVersion)
+	return len(buf), err
+}
+
+// encodeRegisterEntry encodes the Raft entry the leader writes for a
+// register of v.
+func encodeRegisterEntry(v *structs.CSIVolume, provider, version string) ([]byte, error) {
 	v.Namespace = structs.DefaultNamespace
-	v.Provider, v.ProviderVersion = vp.provider, vp.providerVersion
+	v.Provider, v.ProviderVersion = provider, version
 	req := &structs.CSIVolumeRegisterRequest{
 		Volumes:   []*structs.CSIVolume{v},
 		Timestamp: time.Now().UnixNano(),

@@ -138,10 +138,13 @@ Usage: volplane bench [options]
             block, node-only, so neither side asks a controller to validate
             a volume. Then PUT /v1/volume/csi/:id of the same volumes to
             each leader with 1, 16 and 64 writers (-http-register-ops at 16
-            and 64, a quarter of it with 1), interleaved in -rounds rounds.
-            Target: volplane's ops/s >= %gx Nomad's with %d writers, as the
-            median over the rounds of the two clusters' ratio within a
-            round. Skipped, with one line, when there is no Nomad binary.
+            and 64, a quarter of it with 1), interleaved in -rounds rounds
+            with a bare raft cluster in this process applying entries of a
+            register's size at the same concurrency (what the Raft stack
+            alone does). Target: volplane's ops/s >= %gx Nomad's with %d
+            writers, as the median over the rounds of the two clusters'
+            ratio within a round. Skipped, with one line, when there is no
+            Nomad binary.
   memory    Not run by default (-phases=all or -phases=memory). A one-server
             cluster in this process registers -memory-volumes volumes; its
             heap in use after a full GC is measured, a Raft snapshot taken,
