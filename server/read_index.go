@@ -39,7 +39,9 @@ var localReads = map[string]bool{
 
 // readLocally decides where a default-consistency read of a localReads
 // method is served, as forward does for the others. On the leader (once
-// its barrier is applied) it is served here, as before. On a follower it
+// its barrier is applied, and once a quorum has confirmed its leadership,
+// or while the lease of a recent confirmation holds: confirmLeadership) it
+// is served here. On a follower it
 // asks the leader for its read index (Status.ReadIndex: the leader confirms
 // with a quorum that it still leads and answers the index its state has
 // reached), waits until this server's state has reached that index, and
@@ -63,7 +65,15 @@ func (s *Server) readLocally(method string, info structs.RPCInfo, args any) (boo
 		switch {
 		case id == raft.ServerID(s.nodeID):
 			if s.isLeaderReady() {
-				return s.authorizeLocal(method, args)
+				// As for a follower's read index: a leader that was paused
+				// or cut off, and deposed meanwhile without knowing it yet,
+				// must not answer from its state, which the new leader's
+				// writes have passed.
+				err := s.confirmLeadership()
+				if err == nil {
+					return s.authorizeLocal(method, args)
+				}
+				s.logger.Debug("leadership not confirmed for a read; retrying", "method", method, "error", err)
 			}
 		case addr != "":
 			var reply structs.ReadIndexResponse
@@ -133,13 +143,7 @@ func (s *Server) waitForIndex(ctx context.Context, index uint64) error {
 // forwarded.
 func (e *Status) ReadIndex(args *structs.GenericRequest, reply *structs.ReadIndexResponse) error {
 	s := e.srv
-	s.leaderMu.Lock()
-	ready, term := s.leaderReady, s.leaderDone
-	s.leaderMu.Unlock()
-	if _, id := s.raft.LeaderWithID(); id != raft.ServerID(s.nodeID) || !ready {
-		return structs.ErrNoLeader
-	}
-	if err := s.leaderCheck.verify(s.shutdownCtx, s.raft, term, s.readLease()); err != nil {
+	if err := s.confirmLeadership(); err != nil {
 		return err
 	}
 	index, err := s.fsm.State().LatestIndex()
@@ -148,6 +152,20 @@ func (e *Status) ReadIndex(args *structs.GenericRequest, reply *structs.ReadInde
 	}
 	reply.Index = index
 	return nil
+}
+
+// confirmLeadership returns nil when this server leads, its barrier is
+// applied, and a quorum has confirmed its leadership: a heartbeat round that
+// began after the call, or the lease of an earlier one of the same
+// leadership (readLease). ErrNoLeader otherwise.
+func (s *Server) confirmLeadership() error {
+	s.leaderMu.Lock()
+	ready, term := s.leaderReady, s.leaderDone
+	s.leaderMu.Unlock()
+	if _, id := s.raft.LeaderWithID(); id != raft.ServerID(s.nodeID) || !ready {
+		return structs.ErrNoLeader
+	}
+	return s.leaderCheck.verify(s.shutdownCtx, s.raft, term, s.readLease())
 }
 
 // readLease is how long a confirmed leadership answers read-index requests

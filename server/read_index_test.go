@@ -205,3 +205,34 @@ func TestReadIndex_Lease(t *testing.T) {
 	must.NoError(t, z.verify(ctx, leader.raft, term, 0))
 	must.True(t, z.leaseUntil.IsZero())
 }
+
+// A default read on the leader is answered once a quorum has confirmed its
+// leadership (or within the lease of a recent confirmation), as a
+// follower's read index is: a leader deposed while it was paused, and not
+// yet aware of it, does not answer from a state the new leader has passed.
+func TestReadIndex_LeaderConfirmsBeforeItReads(t *testing.T) {
+	servers := TestCluster(t, 3, nil)
+	leader := WaitForLeader(t, servers...)
+	registerNode(t, leader, "dev")
+	vol := mock.CSIVolume("dev")
+	registerVolume(t, leader, vol)
+
+	lease := func() time.Time {
+		leader.leaderCheck.mu.Lock()
+		defer leader.leaderCheck.mu.Unlock()
+		return leader.leaderCheck.leaseUntil
+	}
+	leader.leaderCheck.mu.Lock()
+	leader.leaderCheck.leaseUntil = time.Time{}
+	leader.leaderCheck.mu.Unlock()
+	before := time.Now()
+	must.NotNil(t, getVolume(t, leader, vol.ID, false))
+	must.True(t, lease().After(before), must.Sprint("the read was answered without a heartbeat round"))
+
+	// A stale read needs no confirmation.
+	leader.leaderCheck.mu.Lock()
+	leader.leaderCheck.leaseUntil = time.Time{}
+	leader.leaderCheck.mu.Unlock()
+	must.NotNil(t, getVolume(t, leader, vol.ID, true))
+	must.True(t, lease().IsZero())
+}
