@@ -143,6 +143,10 @@ type Config struct {
 	// pausable (tests) lets the server pause its connections as a
 	// stopped process would (Server.pause).
 	pausable bool
+	// followerReadWait, when set (tests), replaces the wait of a follower
+	// for the leader's read index before it forwards a read (see
+	// Server.followerReadWait).
+	followerReadWait time.Duration
 	// leaderSetupHook, when set (tests), runs after the barrier of each
 	// attempt to set up leadership, numbered from 1; an error fails the
 	// attempt as a failed barrier does.

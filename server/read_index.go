@@ -47,9 +47,12 @@ var localReads = map[string]bool{
 // reached), waits until this server's state has reached that index, and
 // serves it here: the answer then reflects every write acknowledged before
 // the read began, as a forwarded read would, without the answer's trip
-// back. Without a leader that confirms, it retries until RPCHoldTimeout and
-// answers ErrNoLeader: a follower cut off from the leader never answers a
-// default read from its possibly stale state.
+// back. A follower whose state does not reach that index within
+// followerReadWait forwards the read after all (errBehindLeader), to the
+// leader, which confirms its leadership before it answers. Without a
+// leader that confirms, it retries until RPCHoldTimeout and answers
+// ErrNoLeader: a follower cut off from the leader never answers a default
+// read from its possibly stale state.
 //
 // The token is checked after the wait, against state that has caught up
 // with the leader, so a token created just before the read is known.
@@ -81,8 +84,12 @@ func (s *Server) readLocally(method string, info structs.RPCInfo, args any) (boo
 			// as soon as another is known (errLeaderMoved: asked again).
 			err := s.forwardTo(string(addr), "Status.ReadIndex", &structs.GenericRequest{}, &reply)
 			if err == nil {
-				if err := s.waitForIndex(ctx, reply.Index); err != nil {
+				caughtUp, err := s.catchUp(ctx, reply.Index)
+				switch {
+				case err != nil:
 					return true, err
+				case !caughtUp:
+					return true, errBehindLeader
 				}
 				return s.authorizeLocal(method, args)
 			}
@@ -105,6 +112,37 @@ func (s *Server) authorizeLocal(method string, args any) (bool, error) {
 		return true, err
 	}
 	return false, nil
+}
+
+// errBehindLeader is readLocally's answer when this server did not reach
+// the leader's read index within followerReadWait: forward then sends the
+// read to the leader, as it does every other read.
+var errBehindLeader = errors.New("this server's state is behind the leader's read index")
+
+// followerReadWait is how long a follower waits for its state to reach the
+// leader's read index before it forwards the read instead, as a fraction of
+// Raft's commit timeout. A follower learns that entries it already holds
+// are committed only from the leader's next append, which an idle leader
+// sends once per commit timeout (50 to 100 ms at raft_multiplier 1): a
+// read right after a write would wait for it. Under writes, appends come
+// far more often and reads stay local.
+func (s *Server) followerReadWait() time.Duration {
+	if s.config.followerReadWait > 0 {
+		return s.config.followerReadWait
+	}
+	return s.config.RaftConfig.CommitTimeout / 5
+}
+
+// catchUp waits, at most followerReadWait and within ctx, until this
+// server's state has reached index, and reports whether it has.
+func (s *Server) catchUp(ctx context.Context, index uint64) (bool, error) {
+	wait, cancel := context.WithTimeout(ctx, s.followerReadWait())
+	defer cancel()
+	err := s.waitForIndex(wait, index)
+	if err != nil && ctx.Err() == nil && wait.Err() != nil {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // waitForIndex waits until this server's state has reached index, or ctx

@@ -32,7 +32,11 @@ const (
 // check with the leader (readLocally).
 func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (bool, error) {
 	if info.IsRead() && !info.AllowStaleRead() && localReads[method] {
-		return s.readLocally(method, info, args)
+		done, err := s.readLocally(method, info, args)
+		if !errors.Is(err, errBehindLeader) {
+			return done, err
+		}
+		// Forwarded after all, as every other read is.
 	}
 	// Every server a request passes through checks its token.
 	if err := s.authorize(method, info, args); err != nil {
