@@ -1,12 +1,17 @@
 package httpapi
 
 import (
+	"bufio"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 
@@ -266,4 +271,39 @@ func TestVolumeDeregister(t *testing.T) {
 	must.Eq(t, []string{"claims were dropped"}, reply.Warnings)
 
 	mustError(t, do(t, h, http.MethodDelete, "/v1/volume/csi/vol1", ""), http.StatusNotFound, `volume "vol1" not found`)
+}
+
+// TestVolumeRegister_OversizedChunkedBodyReadToItsEnd: a body of unknown
+// length found too large is read on to its end (up to a bound) before the
+// answer, so a caller still sending its last bytes finishes and reads the 413
+// whole, instead of a reset under its write.
+func TestVolumeRegister_OversizedChunkedBodyReadToItsEnd(t *testing.T) {
+	srv := httptest.NewServer(NewHandler(Config{Backend: newFakeBackend(), MaxBodyBytes: 256}))
+	t.Cleanup(srv.Close)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	must.NoError(t, err)
+	defer conn.Close()
+
+	over := `{"Volumes":[{"ID":"v","Name":"` + strings.Repeat("x", 300)
+	_, err = fmt.Fprintf(conn, "PUT /v1/volume/csi/v HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(over), over)
+	must.NoError(t, err)
+	// The server has what passes the limit, and waits for the rest rather
+	// than answering and closing under the rest of the body.
+	must.NoError(t, conn.SetReadDeadline(time.Now().Add(100*time.Millisecond)))
+	var first [1]byte
+	_, err = conn.Read(first[:])
+	var ne net.Error
+	must.True(t, errors.As(err, &ne) && ne.Timeout(), must.Sprintf("answered before the end of the body: %v", err))
+
+	rest := `"}]}`
+	_, err = fmt.Fprintf(conn, "%x\r\n%s\r\n0\r\n\r\n", len(rest), rest)
+	must.NoError(t, err)
+	must.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	must.NoError(t, err, must.Sprint("the answer arrives whole, not cut by a reset"))
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	must.NoError(t, err)
+	must.Eq(t, http.StatusRequestEntityTooLarge, res.StatusCode)
+	must.StrContains(t, string(body), "larger than 256 bytes")
 }

@@ -157,13 +157,20 @@ func (h *handler) decodeBody(w http.ResponseWriter, r *http.Request, out any) (e
 	// once the body is read, so a long answer (a blocking write) is not cut
 	// off. After a failure the body is closed under an expired deadline:
 	// net/http then answers at once and closes the connection, instead of
-	// reading the rest of a body that trickles in before it answers. A
-	// ResponseWriter that cannot set deadlines (a test recorder) reads
-	// without one.
+	// reading the rest of a body that trickles in before it answers. A body
+	// of unknown length found too large is first read on a little
+	// (overflowDrain): the caller of one just over the limit is still
+	// sending its last bytes, and closing with them unread would reset the
+	// connection under it before it reads the answer. A ResponseWriter that
+	// cannot set deadlines (a test recorder) reads without one.
 	rc := http.NewResponseController(w)
 	if rc.SetReadDeadline(time.Now().Add(h.bodyTTL)) == nil {
 		defer func() {
 			if err != nil {
+				if structs.CodeOf(err) == structs.ErrCodeTooLarge {
+					_ = rc.SetReadDeadline(time.Now().Add(overflowDrainTime))
+					_, _ = io.CopyN(io.Discard, r.Body, overflowDrainBytes)
+				}
 				_ = rc.SetReadDeadline(time.Now())
 				_ = r.Body.Close()
 				return
@@ -186,6 +193,13 @@ func (h *handler) decodeBody(w http.ResponseWriter, r *http.Request, out any) (e
 	}
 	return nil
 }
+
+// overflowDrainBytes and overflowDrainTime bound what is read of a body
+// after it was found too large: its end, for one just over the limit.
+const (
+	overflowDrainBytes = 64 << 10
+	overflowDrainTime  = time.Second
+)
 
 func tooLarge(limit int64) error {
 	return structs.NewError(structs.ErrCodeTooLarge, "request body is larger than %d bytes", limit)
