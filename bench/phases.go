@@ -6,6 +6,8 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/volplane/volplane/structs"
 )
 
@@ -156,6 +158,14 @@ type side struct {
 // concurrent appliers.
 func baselineSide(ctx context.Context, base *baseline, conc int) *side {
 	return &side{name: PhaseBaseline, run: func(n int) ([]time.Duration, time.Duration, error) {
+		// A leader that lost its lead between two runs (a node starved of
+		// CPU by the other side's load missed its heartbeats) is replaced
+		// before the run, outside its timing.
+		if base.leader.State() != raft.Leader {
+			if err := base.waitForLeader(ctx); err != nil {
+				return nil, 0, err
+			}
+		}
 		return labelled(ctx, "baseline", func(ctx context.Context) ([]time.Duration, time.Duration, error) {
 			return drive(ctx, n, conc, func(int) error { return base.apply() })
 		})
