@@ -1,14 +1,10 @@
 package rpc
 
 import (
-	"net"
-	netrpc "net/rpc"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/yamux"
 )
 
 // BenchmarkPoolRPC measures round trips of a small call over one pooled
@@ -62,23 +58,7 @@ func BenchmarkPoolRPC(b *testing.B) {
 // over the session the agent dialed, each on a stream of its own, as the
 // volume watcher's detach calls are made.
 func BenchmarkCallOnSession(b *testing.B) {
-	ts := startServer(b, serverOpts{})
-	clientSrv := netrpc.NewServer()
-	if err := clientSrv.RegisterName("ClientCSI", clientEndpoint{}); err != nil {
-		b.Fatal(err)
-	}
-	p := newTestPool(b, PoolConfig{
-		AcceptStreams: func(stream net.Conn) { clientSrv.ServeCodec(NewServerCodec(stream, 0)) },
-	})
-	if err := p.RPC(ts.addr, "Test.Echo", &EchoArgs{Msg: "register"}, &EchoReply{}); err != nil {
-		b.Fatal(err)
-	}
-	var sess *yamux.Session
-	select {
-	case sess = <-ts.sessions:
-	case <-time.After(5 * time.Second):
-		b.Fatal("the server was not told of the client's session")
-	}
+	_, _, sess := clientSession(b)
 	args := &EchoArgs{Msg: "vol"}
 	b.ReportAllocs()
 	for b.Loop() {

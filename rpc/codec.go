@@ -1,7 +1,6 @@
 package rpc
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -98,9 +97,8 @@ func (sc *streamConn) Close() error {
 }
 
 var codecStates = sync.Pool{New: func() any {
-	s := &codecState{dec: codec.NewDecoderBytes(nil, structs.MsgpackHandle)}
+	s := &codecState{frames: *newFrameReader(nil, 0, ""), dec: codec.NewDecoderBytes(nil, structs.MsgpackHandle)}
 	s.conn.state = s
-	s.frames.r = bufio.NewReader(nil)
 	// Unbuffered reads: the library's decoder over conn is never used.
 	s.w = msgpackrpc.NewCodecFromHandle(false, true, &s.conn, structs.MsgpackHandle)
 	return s

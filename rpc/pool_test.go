@@ -187,26 +187,32 @@ func (clientEndpoint) Missing(args *EchoArgs, reply *EchoReply) error {
 	return structs.ErrNotFound("volume %q is not staged here", args.Msg)
 }
 
-// The server calls back into a client over the session the client dialed.
-func TestCallOnSession_ServerToClient(t *testing.T) {
+// clientSession starts a server and a client pool that serves clientEndpoint
+// as ClientCSI on the streams the server opens, makes the client's first
+// call, which dials the session, and returns the server's end of it.
+func clientSession(t testing.TB) (*testServer, *ConnPool, *yamux.Session) {
+	t.Helper()
 	ts := startServer(t, serverOpts{})
-
 	clientSrv := netrpc.NewServer()
 	must.NoError(t, clientSrv.RegisterName("ClientCSI", clientEndpoint{}))
 	p := newTestPool(t, PoolConfig{
 		AcceptStreams: func(stream net.Conn) { clientSrv.ServeCodec(NewServerCodec(stream, 0)) },
 	})
-
-	// The client's first call creates the session; the server is told.
-	var reply EchoReply
-	must.NoError(t, p.RPC(ts.addr, "Test.Echo", &EchoArgs{Msg: "register"}, &reply))
-	var sess *yamux.Session
+	must.NoError(t, p.RPC(ts.addr, "Test.Echo", &EchoArgs{Msg: "register"}, &EchoReply{}))
 	select {
-	case sess = <-ts.sessions:
+	case sess := <-ts.sessions:
+		return ts, p, sess
 	case <-time.After(5 * time.Second):
 		t.Fatal("the server was not told of the client's session")
+		return nil, nil, nil
 	}
+}
 
+// The server calls back into a client over the session the client dialed.
+func TestCallOnSession_ServerToClient(t *testing.T) {
+	ts, p, sess := clientSession(t)
+
+	var reply EchoReply
 	must.NoError(t, CallOnSession(sess, "ClientCSI.NodeDetach", &EchoArgs{Msg: "vol1"}, &reply, 5*time.Second))
 	must.Eq(t, "detached vol1", reply.Msg)
 

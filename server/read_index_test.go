@@ -223,22 +223,20 @@ func TestReadIndex_LeaderConfirmsBeforeItReads(t *testing.T) {
 	vol := mock.CSIVolume("dev")
 	registerVolume(t, leader, vol)
 
+	// lease returns the leader's lease, and replaces it with none.
 	lease := func() time.Time {
 		leader.leaderCheck.mu.Lock()
 		defer leader.leaderCheck.mu.Unlock()
-		return leader.leaderCheck.leaseUntil
+		until := leader.leaderCheck.leaseUntil
+		leader.leaderCheck.leaseUntil = time.Time{}
+		return until
 	}
-	leader.leaderCheck.mu.Lock()
-	leader.leaderCheck.leaseUntil = time.Time{}
-	leader.leaderCheck.mu.Unlock()
+	lease()
 	before := time.Now()
 	must.NotNil(t, getVolume(t, leader, vol.ID, false))
 	must.True(t, lease().After(before), must.Sprint("the read was answered without a heartbeat round"))
 
 	// A stale read needs no confirmation.
-	leader.leaderCheck.mu.Lock()
-	leader.leaderCheck.leaseUntil = time.Time{}
-	leader.leaderCheck.mu.Unlock()
 	must.NotNil(t, getVolume(t, leader, vol.ID, true))
 	must.True(t, lease().IsZero())
 }

@@ -135,29 +135,30 @@ func (c *CSIVolumeClaim) Copy() *CSIVolumeClaim {
 }
 
 func copyClaims(m map[string]*CSIVolumeClaim) map[string]*CSIVolumeClaim {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]*CSIVolumeClaim, len(m))
-	for k, c := range m {
-		out[k] = c.Copy()
-	}
-	return out
+	return mapClaims(m, (*CSIVolumeClaim).Copy)
 }
 
 // shallowCopyClaims copies m and each claim in it, sharing the claims'
 // publish contexts (see CSIVolume.CopyClaims).
 func shallowCopyClaims(m map[string]*CSIVolumeClaim) map[string]*CSIVolumeClaim {
+	return mapClaims(m, func(c *CSIVolumeClaim) *CSIVolumeClaim {
+		if c == nil {
+			return nil
+		}
+		cc := *c
+		return &cc
+	})
+}
+
+// mapClaims copies m, each claim in it passed through each; nil for
+// nil.
+func mapClaims(m map[string]*CSIVolumeClaim, each func(*CSIVolumeClaim) *CSIVolumeClaim) map[string]*CSIVolumeClaim {
 	if m == nil {
 		return nil
 	}
 	out := make(map[string]*CSIVolumeClaim, len(m))
 	for k, c := range m {
-		if c != nil {
-			cc := *c
-			c = &cc
-		}
-		out[k] = c
+		out[k] = each(c)
 	}
 	return out
 }
