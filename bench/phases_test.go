@@ -29,5 +29,5 @@ func TestBaselineSide_FollowsANewLeader(t *testing.T) {
 	must.NoError(t, old.LeadershipTransfer().Error())
 	_, _, err = sd.run(20)
 	must.NoError(t, err)
-	must.NotEq(t, old, base.leader, must.Sprint("the side applied through the old leader"))
+	must.True(t, old != base.leader, must.Sprint("the side applied through the old leader"))
 }
