@@ -29,6 +29,13 @@ func TestApplyBatch_SameAsOneByOne(t *testing.T) {
 			WriteRequest: structs.WriteRequest{Namespace: "prod"},
 		})
 	}
+	batch := func(index uint64, reqs ...*structs.CSIVolumeRegisterRequest) *raft.Log {
+		return entry(index, structs.CSIVolumeRegisterBatchRequestType, registerBatch(t, reqs...))
+	}
+	regReq := func(vols ...*structs.CSIVolume) *structs.CSIVolumeRegisterRequest {
+		return &structs.CSIVolumeRegisterRequest{Volumes: vols, Timestamp: 37000,
+			WriteRequest: structs.WriteRequest{Namespace: "prod"}}
+	}
 	claimOn := func(index uint64, volID string, c *structs.CSIVolumeClaim) *raft.Log {
 		return entry(index, structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
 			VolumeID: volID, Claim: c, Timestamp: int64(index) * 1000,
@@ -87,9 +94,14 @@ func TestApplyBatch_SameAsOneByOne(t *testing.T) {
 		claimOn(34, "vol-i", checkpoint(claim("a3", "n1", structs.CSIVolumeClaimWrite), structs.CSIVolumeClaimStateUnpublishing)),
 		claimOn(35, "vol-h", checkpoint(claim("a1", "n1", structs.CSIVolumeClaimRead), structs.CSIVolumeClaimStateUnpublishing)), // refused: a1 holds no claim on vol-h
 		register(36, testVolume("", "vol-k", "p")),
+		batch(37, regReq(testVolume("", "vol-m", "p")), regReq(testVolume("", "vol-n", "p"), testVolume("", "vol-o", "p"))),
+		batch(38, regReq(testVolume("", "vol-p", "p")), regReq(updated), regReq(testVolume("", "vol-q", "missing"))), // refused inside
+		register(39, testVolume("", "vol-q", "p")),
+		batch(40, regReq(testVolume("", "vol-r", "p")), regReq(testVolume("", "vol-r", "p"))), // the same volume twice
+		batch(41, regReq(testVolume("", "vol-s", "p"))),
 	}
 	// The last event both sides publish, read up to in each.
-	last := register(40, testVolume("", "vol-last", "p"))
+	last := register(50, testVolume("", "vol-last", "p"))
 
 	ref := testFSM(t)
 	setup(t, ref)
@@ -120,6 +132,8 @@ func TestApplyBatch_SameAsOneByOne(t *testing.T) {
 	}
 	must.Nil(t, want[24], must.Sprint("the release starts after the refused checkpoint"))
 	must.Nil(t, want[26], must.Sprint("the register after the refusals is applied"))
+	must.Nil(t, want[27], must.Sprint("a register batch applied whole answers nil"))
+	must.StrContains(t, fmt.Sprint(want[28]), `[<nil> <nil> not-found: volume "vol-q": no CSI plugin named "missing"`)
 
 	for _, size := range []int{1, 2, 3, 4, 5, 7, len(logs)} {
 		t.Run(fmt.Sprintf("batches of %d", size), func(t *testing.T) {

@@ -146,7 +146,10 @@ func registerBatcher(t structs.MessageType, b batcher) {
 // commit and the watcher wake-up among its entries. The run ends before any
 // other entry, one its batcher cannot take, and one that writes a row an
 // earlier entry of the run wrote. A refused write leaves the store as it
-// was, and the run is then applied entry by entry, for each its own result.
+// was, and the run is then applied entry by entry, for each its own result
+// (a batch entry's being one per request). An entry applied in a run
+// answers nil, so a batcher's entry type must answer nil when applied
+// alone too.
 func (f *FSM) applyRun(logs []*raft.Log, resps []any) int {
 	var writes []func(*state.Batch) error
 	written := map[string]bool{}
@@ -184,16 +187,12 @@ run:
 		}
 		return nil
 	})
-	switch {
-	case err == nil:
+	if err == nil {
 		clear(resps[:len(writes)])
-	case len(writes) == 1:
-		f.logger.Debug("apply refused", "type", structs.MessageType(logs[0].Data[0]), "index", logs[0].Index, "error", err)
-		resps[0] = err
-	default:
-		for i := range writes {
-			resps[i] = f.Apply(logs[i])
-		}
+		return len(writes)
+	}
+	for i := range writes {
+		resps[i] = f.Apply(logs[i])
 	}
 	return len(writes)
 }

@@ -23,7 +23,19 @@ func decodable(entry []byte) bool {
 	if req == nil {
 		return mt&structs.IgnoreUnknownTypeFlag != 0
 	}
-	return structs.Decode(entry[1:], req) == nil
+	if structs.Decode(entry[1:], req) != nil {
+		return false
+	}
+	// A register batch's requests are decoded one by one, each as its
+	// own entry's body.
+	if batch, ok := req.(*structs.CSIVolumeRegisterBatchRequest); ok {
+		for _, raw := range batch.Requests {
+			if structs.Decode(raw, new(structs.CSIVolumeRegisterRequest)) != nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // fuzzSeedState is what every FuzzApply input is applied on: a node running
@@ -84,7 +96,14 @@ func fuzzEntrySeeds(t testing.TB) [][]byte {
 	stopped.ClientStatus = structs.AllocClientStatusComplete
 	narrowed := testVolume(ns, "vol-a", "p")
 	narrowed.RequestedCapabilities = narrowed.RequestedCapabilities[1:]
+	register := func(vols ...*structs.CSIVolume) *structs.CSIVolumeRegisterRequest {
+		return &structs.CSIVolumeRegisterRequest{Volumes: vols, Timestamp: 9}
+	}
 	return [][]byte{
+		enc(structs.CSIVolumeRegisterBatchRequestType, registerBatch(t, register(testVolume(ns, "vol-c", "p")),
+			register(narrowed), register(testVolume(ns, "vol-b", "p"), testVolume(ns, "vol-d", "missing")))),
+		enc(structs.CSIVolumeRegisterBatchRequestType, registerBatch(t, register(testVolume(ns, "vol-c", "p")),
+			register(testVolume(ns, "vol-e", "p")))),
 		enc(structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{VolumeID: "vol-a", Claim: claim("a2", "n1", structs.CSIVolumeClaimWrite), Timestamp: 9}),
 		enc(structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{VolumeID: "vol-b", Claim: claim("a1", "n1", structs.CSIVolumeClaimRead), Timestamp: 9}),
 		enc(structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{VolumeID: "vol-a", Claim: release, Timestamp: 9}),

@@ -55,7 +55,7 @@ func (e *CSIVolume) Register(args *structs.CSIVolumeRegisterRequest, reply *stru
 	args.Volumes = out
 	args.Timestamp = structs.NowNano()
 
-	_, index, err := e.srv.raftApply(structs.CSIVolumeRegisterRequestType, args)
+	index, err := e.srv.registers.Register(args)
 	if err != nil {
 		return err
 	}

@@ -123,8 +123,17 @@ func (s *Server) holdWait(attempt int, changed <-chan struct{}) bool {
 // raftApply commits a write and returns the FSM's response and the index.
 // A response that is an error is returned as the error.
 func (s *Server) raftApply(t structs.MessageType, msg any) (any, uint64, error) {
-	// The caller's ACL token never enters the log: it was checked before,
-	// and every server's log and disk would keep it otherwise.
+	buf, err := encodeEntry(t, msg)
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.raftApplyEntry(buf)
+}
+
+// encodeEntry encodes a write as a Raft log entry. The caller's ACL token
+// never enters the log: it was checked before, and every server's log and
+// disk would keep it otherwise.
+func encodeEntry(t structs.MessageType, msg any) ([]byte, error) {
 	if r, ok := msg.(structs.RequestWithToken); ok && r.RequestToken() != "" {
 		token := r.RequestToken()
 		r.SetRequestToken("")
@@ -132,10 +141,15 @@ func (s *Server) raftApply(t structs.MessageType, msg any) (any, uint64, error) 
 	}
 	buf, err := structs.Encode(t, msg)
 	if err != nil {
-		return nil, 0, structs.NewError(structs.ErrCodeInternal, "encoding %s request: %v", t, err)
+		return nil, structs.NewError(structs.ErrCodeInternal, "encoding %s request: %v", t, err)
 	}
+	return buf, nil
+}
+
+// raftApplyEntry is raftApply of an encoded entry.
+func (s *Server) raftApplyEntry(buf []byte) (any, uint64, error) {
 	if len(buf) > raftWarnSize {
-		s.logger.Warn("large raft entry", "type", t, "bytes", len(buf))
+		s.logger.Warn("large raft entry", "type", structs.MessageType(buf[0]), "bytes", len(buf))
 	}
 	f := s.raft.Apply(buf, raftApplyTimeout)
 	if err := f.Error(); err != nil {

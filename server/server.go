@@ -78,6 +78,7 @@ type Server struct {
 	volumeWatcher *volumewatcher.Watcher
 	// checkpoints writes the release checkpoints, many claims to an entry.
 	checkpoints *checkpointBatcher
+	registers   *registerBatcher
 	// leaders follows Raft's leader for the forwarding path.
 	leaders *leaderWatch
 	// gate freezes the connections of a pausable server (tests).
@@ -149,6 +150,7 @@ func NewServer(cfg *Config) (*Server, error) {
 	s.calls = clientrpc.NewCalls(s.shutdownCtx)
 	s.clientRPC = clientrpc.NewClient(clientrpc.New(s, cfg.ClientRPCTimeout, s.logger.Named("client_rpc")), s, s.logger.Named("client_rpc"))
 	s.checkpoints = newCheckpointBatcher(s.raftApply, maxCheckpointBatch)
+	s.registers = newRegisterBatcher(s)
 	s.leaders = newLeaderWatch()
 	s.volumeWatcher = volumewatcher.New(volumewatcher.Config{
 		Backend:     watcherBackend{s},

@@ -44,6 +44,7 @@ const (
 	NodeUpdateEligibilityRequestType    MessageType = 24
 	AllocDrainStopRequestType           MessageType = 25
 	CSIVolumeCheckpointBatchRequestType MessageType = 27
+	CSIVolumeRegisterBatchRequestType   MessageType = 28
 )
 
 // IgnoreUnknownTypeFlag may be set on a message type by a newer server for an
@@ -81,6 +82,7 @@ var messageTypeNames = map[MessageType]string{
 	NodeUpdateEligibilityRequestType:    "NodeUpdateEligibility",
 	AllocDrainStopRequestType:           "AllocDrainStop",
 	CSIVolumeCheckpointBatchRequestType: "CSIVolumeCheckpointBatch",
+	CSIVolumeRegisterBatchRequestType:   "CSIVolumeRegisterBatch",
 }
 
 // MessageTypes returns every defined message type, for tests that check each

@@ -55,6 +55,7 @@ func TestMessageTypes_Named(t *testing.T) {
 		"NodeUpdateEligibility":    24,
 		"AllocDrainStop":           25,
 		"CSIVolumeCheckpointBatch": 27,
+		"CSIVolumeRegisterBatch":   28,
 	}, seen)
 }
 
