@@ -350,8 +350,8 @@ func newRequest(mt structs.MessageType) any {
 		return &structs.AllocDrainStopRequest{}
 	case structs.CSIVolumeCheckpointBatchRequestType:
 		return &structs.CSIVolumeCheckpointBatchRequest{}
-	case structs.CSIVolumeRegisterBatchRequestType:
-		return &structs.CSIVolumeRegisterBatchRequest{}
+	case structs.CSIVolumeRegisterBatchRequestType, structs.CSIVolumeClaimBatchRequestType:
+		return &structs.EntryBatchRequest{}
 	}
 	return nil
 }

@@ -29,8 +29,8 @@ func TestApplyBatch_SameAsOneByOne(t *testing.T) {
 			WriteRequest: structs.WriteRequest{Namespace: "prod"},
 		})
 	}
-	batch := func(index uint64, reqs ...*structs.CSIVolumeRegisterRequest) *raft.Log {
-		return entry(index, structs.CSIVolumeRegisterBatchRequestType, registerBatch(t, reqs...))
+	batch := func(index uint64, reqs ...any) *raft.Log {
+		return entry(index, structs.CSIVolumeRegisterBatchRequestType, entryBatch(t, reqs...))
 	}
 	regReq := func(vols ...*structs.CSIVolume) *structs.CSIVolumeRegisterRequest {
 		return &structs.CSIVolumeRegisterRequest{Volumes: vols, Timestamp: 37000,

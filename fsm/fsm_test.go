@@ -162,6 +162,15 @@ func TestRegistry(t *testing.T) {
 	for mt := range batchers {
 		must.MapContainsKey(t, appliers, mt, must.Sprintf("batcher for %s, which has no applier to fall back on", mt))
 	}
+	// A batch type's requests share a transaction through their own
+	// type's batcher; without one each would take a transaction.
+	for _, mt := range structs.MessageTypes() {
+		if inner, ok := structs.BatchedType(mt); ok {
+			must.MapContainsKey(t, batchers, inner, must.Sprintf("%s carries %s, which has no batcher", mt, inner))
+			_, nested := structs.BatchedType(inner)
+			must.False(t, nested, must.Sprintf("%s carries batches", mt))
+		}
+	}
 
 	for _, st := range structs.SnapshotTypes() {
 		must.False(t, strings.HasPrefix(st.String(), "SnapshotType("), must.Sprintf("snapshot type %d has no name", st))

@@ -26,11 +26,11 @@ func decodable(entry []byte) bool {
 	if structs.Decode(entry[1:], req) != nil {
 		return false
 	}
-	// A register batch's requests are decoded one by one, each as its
-	// own entry's body.
-	if batch, ok := req.(*structs.CSIVolumeRegisterBatchRequest); ok {
-		for _, raw := range batch.Requests {
-			if structs.Decode(raw, new(structs.CSIVolumeRegisterRequest)) != nil {
+	// A batch's requests are decoded one by one, each as its own entry's
+	// body.
+	if inner, ok := structs.BatchedType(mt); ok {
+		for _, raw := range req.(*structs.EntryBatchRequest).Requests {
+			if structs.Decode(raw, newRequest(inner)) != nil {
 				return false
 			}
 		}
@@ -100,10 +100,13 @@ func fuzzEntrySeeds(t testing.TB) [][]byte {
 		return &structs.CSIVolumeRegisterRequest{Volumes: vols, Timestamp: 9}
 	}
 	return [][]byte{
-		enc(structs.CSIVolumeRegisterBatchRequestType, registerBatch(t, register(testVolume(ns, "vol-c", "p")),
+		enc(structs.CSIVolumeRegisterBatchRequestType, entryBatch(t, register(testVolume(ns, "vol-c", "p")),
 			register(narrowed), register(testVolume(ns, "vol-b", "p"), testVolume(ns, "vol-d", "missing")))),
-		enc(structs.CSIVolumeRegisterBatchRequestType, registerBatch(t, register(testVolume(ns, "vol-c", "p")),
+		enc(structs.CSIVolumeRegisterBatchRequestType, entryBatch(t, register(testVolume(ns, "vol-c", "p")),
 			register(testVolume(ns, "vol-e", "p")))),
+		enc(structs.CSIVolumeClaimBatchRequestType, entryBatch(t,
+			&structs.CSIVolumeClaimRequest{VolumeID: "vol-b", Claim: claim("a1", "n1", structs.CSIVolumeClaimRead), Timestamp: 9},
+			&structs.CSIVolumeClaimRequest{VolumeID: "vol-a", Claim: claim("a2", "n1", structs.CSIVolumeClaimWrite), Timestamp: 9})),
 		enc(structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{VolumeID: "vol-a", Claim: claim("a2", "n1", structs.CSIVolumeClaimWrite), Timestamp: 9}),
 		enc(structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{VolumeID: "vol-b", Claim: claim("a1", "n1", structs.CSIVolumeClaimRead), Timestamp: 9}),
 		enc(structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{VolumeID: "vol-a", Claim: release, Timestamp: 9}),

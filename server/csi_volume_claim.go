@@ -77,9 +77,12 @@ func (e *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 	ctx, cancel := context.WithTimeout(e.srv.shutdownCtx, e.srv.config.CSICallTimeout)
 	defer cancel()
 
-	args.Claim = claim
-	args.Timestamp = structs.NowNano()
-	_, index, err := e.srv.raftApply(structs.CSIVolumeClaimRequestType, args)
+	// The node's secret, checked above, stays out of the log.
+	write := *args
+	write.NodeSecretID = ""
+	write.Claim = claim
+	write.Timestamp = structs.NowNano()
+	index, err := e.srv.claims.Apply(&write)
 	if err != nil {
 		return err
 	}
@@ -102,8 +105,8 @@ func (e *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 		// Keep the context with the claim: the node needs it again after a
 		// restart, and a release needs everything the publish used.
 		claim.PublishContext = pc
-		args.Timestamp = structs.NowNano()
-		if _, index, err = e.srv.raftApply(structs.CSIVolumeClaimRequestType, args); err != nil {
+		write.Timestamp = structs.NowNano()
+		if index, err = e.srv.claims.Apply(&write); err != nil {
 			return structs.Wrap(err, "volume %q: storing the publish context", vol.ID)
 		}
 		reply.Index = index

@@ -55,7 +55,7 @@ func (e *CSIVolume) Register(args *structs.CSIVolumeRegisterRequest, reply *stru
 	args.Volumes = out
 	args.Timestamp = structs.NowNano()
 
-	index, err := e.srv.registers.Register(args)
+	index, err := e.srv.registers.Apply(args)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/server/httpapi"
 	"github.com/volplane/volplane/state"
+	"github.com/volplane/volplane/structs"
 	"github.com/volplane/volplane/tlsutil"
 	"github.com/volplane/volplane/volumewatcher"
 )
@@ -78,7 +79,9 @@ type Server struct {
 	volumeWatcher *volumewatcher.Watcher
 	// checkpoints writes the release checkpoints, many claims to an entry.
 	checkpoints *checkpointBatcher
-	registers   *registerBatcher
+	// registers and claims are the group commits of volume registers and
+	// claims.
+	registers, claims *entryBatcher
 	// leaders follows Raft's leader for the forwarding path.
 	leaders *leaderWatch
 	// gate freezes the connections of a pausable server (tests).
@@ -150,7 +153,8 @@ func NewServer(cfg *Config) (*Server, error) {
 	s.calls = clientrpc.NewCalls(s.shutdownCtx)
 	s.clientRPC = clientrpc.NewClient(clientrpc.New(s, cfg.ClientRPCTimeout, s.logger.Named("client_rpc")), s, s.logger.Named("client_rpc"))
 	s.checkpoints = newCheckpointBatcher(s.raftApply, maxCheckpointBatch)
-	s.registers = newRegisterBatcher(s)
+	s.registers = newEntryBatcher(s, structs.CSIVolumeRegisterBatchRequestType)
+	s.claims = newEntryBatcher(s, structs.CSIVolumeClaimBatchRequestType)
 	s.leaders = newLeaderWatch()
 	s.volumeWatcher = volumewatcher.New(volumewatcher.Config{
 		Backend:     watcherBackend{s},

@@ -45,6 +45,7 @@ const (
 	AllocDrainStopRequestType           MessageType = 25
 	CSIVolumeCheckpointBatchRequestType MessageType = 27
 	CSIVolumeRegisterBatchRequestType   MessageType = 28
+	CSIVolumeClaimBatchRequestType      MessageType = 29
 )
 
 // IgnoreUnknownTypeFlag may be set on a message type by a newer server for an
@@ -83,6 +84,7 @@ var messageTypeNames = map[MessageType]string{
 	AllocDrainStopRequestType:           "AllocDrainStop",
 	CSIVolumeCheckpointBatchRequestType: "CSIVolumeCheckpointBatch",
 	CSIVolumeRegisterBatchRequestType:   "CSIVolumeRegisterBatch",
+	CSIVolumeClaimBatchRequestType:      "CSIVolumeClaimBatch",
 }
 
 // MessageTypes returns every defined message type, for tests that check each

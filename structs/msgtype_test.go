@@ -56,6 +56,7 @@ func TestMessageTypes_Named(t *testing.T) {
 		"AllocDrainStop":           25,
 		"CSIVolumeCheckpointBatch": 27,
 		"CSIVolumeRegisterBatch":   28,
+		"CSIVolumeClaimBatch":      29,
 	}, seen)
 }
 

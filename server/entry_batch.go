@@ -1,0 +1,76 @@
+package server
+
+import (
+	"fmt"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// entryBatcher writes the requests of one message type through Raft, many
+// to an entry (a group commit, see groupCommit): concurrent writes share
+// entries of the batch type that carries them, and each caller still gets
+// its own answer, all or nothing for its request, and the index of the
+// entry that carried it. A request that is alone is written as the single
+// entry it always was. Volume registers and claims go through one each:
+// they are the writes many callers make at once.
+type entryBatcher struct {
+	s *Server
+	// t is the type of the requests; batch the type of the entries that
+	// carry several.
+	t, batch structs.MessageType
+	groupCommit[*pendingEntry]
+}
+
+// pendingEntry is one caller's request, encoded as its own entry would be,
+// and the index the write answered.
+type pendingEntry struct {
+	entry []byte
+	index uint64
+}
+
+func newEntryBatcher(s *Server, batch structs.MessageType) *entryBatcher {
+	t, ok := structs.BatchedType(batch)
+	if !ok {
+		panic(fmt.Sprintf("server: %s is not a batch type", batch))
+	}
+	b := &entryBatcher{s: s, t: t, batch: batch}
+	b.groupCommit = groupCommit[*pendingEntry]{
+		write:     b.write,
+		max:       structs.MaxEntryBatch,
+		weight:    func(p *pendingEntry) int { return len(p.entry) },
+		maxWeight: structs.MaxEntryBatchBytes,
+	}
+	return b
+}
+
+// Apply commits req, which the endpoint has checked and stamped, and
+// returns the index of the entry that carried it.
+func (b *entryBatcher) Apply(req any) (uint64, error) {
+	entry, err := encodeEntry(b.t, req)
+	if err != nil {
+		return 0, err
+	}
+	p := &pendingEntry{entry: entry}
+	if err := b.commit(p); err != nil {
+		return 0, err
+	}
+	return p.index, nil
+}
+
+// write commits one batch and returns each request's answer.
+func (b *entryBatcher) write(batch []*pendingEntry) []error {
+	if len(batch) == 1 {
+		_, index, err := b.s.raftApplyEntry(batch[0].entry)
+		batch[0].index = index
+		return []error{err}
+	}
+	req := &structs.EntryBatchRequest{Requests: make([][]byte, len(batch))}
+	for i, p := range batch {
+		req.Requests[i] = p.entry[1:] // the body, without the type byte
+	}
+	resp, index, err := b.s.raftApply(b.batch, req)
+	for _, p := range batch {
+		p.index = index
+	}
+	return batchAnswers(resp, err, len(batch), b.batch.String())
+}
