@@ -44,10 +44,12 @@ Usage: volplane bench [options]
             with -writers writers. Paired with a baseline: a bare 3-node
             hashicorp/raft cluster with the same stores and configuration
             and a no-op FSM, applying entries of the same size at the same
-            concurrency, interleaved with volplane in -rounds rounds. Reports
-            volplane's throughput and p99 as ratios of the baseline's. The
-            volumes belong to a node plugin that needs no controller, so the
-            leader asks no client agent to validate them.
+            concurrency, one entry per write, interleaved with volplane in
+            -rounds rounds (volplane's concurrent registers, and claims,
+            share entries: the leader's group commit). Reports volplane's
+            throughput and p99 as ratios of the baseline's. The volumes
+            belong to a node plugin that needs no controller, so the leader
+            asks no client agent to validate them.
             Targets: ops/s >= %gx the baseline's with -writers writers; p99
             <= %gx the baseline's.
   list      GET /v1/volumes against the leader's HTTP API with each of
