@@ -96,3 +96,22 @@ func TestGroupCommit_CallerReturnsAfterItsOwnEntry(t *testing.T) {
 	defer g.mu.Unlock()
 	must.False(t, g.flushing, must.Sprint("no write in flight once all are answered"))
 }
+
+// TestBatchAnswers: a batch entry's outcome becomes each item's answer:
+// the write's error for all, the FSM's answer per item, nil for all when
+// the FSM answered nil (every item applied), and an internal error for all
+// when the FSM's answer does not fit the batch.
+func TestBatchAnswers(t *testing.T) {
+	refused := errors.New("refused")
+	lost := errors.New("leadership lost")
+	must.Eq(t, []error{nil, nil}, batchAnswers(nil, nil, 2, "b"))
+	must.Eq(t, []error{nil, refused}, batchAnswers([]error{nil, refused}, nil, 2, "b"))
+	must.Eq(t, []error{lost, lost}, batchAnswers(nil, lost, 2, "b"))
+	for _, resp := range []any{[]error{nil}, "nonsense"} {
+		out := batchAnswers(resp, nil, 2, "b")
+		must.Len(t, 2, out)
+		for _, err := range out {
+			must.ErrorContains(t, err, "b: the FSM answered")
+		}
+	}
+}
