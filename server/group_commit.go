@@ -1,6 +1,9 @@
 package server
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // groupCommit writes items through Raft many to an entry: callers each
 // wait for their own item, and those that arrive while an entry is being
@@ -87,8 +90,14 @@ func (g *groupCommit[T]) next() []*groupItem[T] {
 		}
 		n++
 	}
-	batch := g.pending[:n:n]
+	// Copied out, and the queue's slots cleared, so the queue's array
+	// keeps no answered item alive.
+	batch := slices.Clone(g.pending[:n])
+	clear(g.pending[:n])
 	g.pending = g.pending[n:]
+	if len(g.pending) == 0 {
+		g.pending = nil
+	}
 	return batch
 }
 
