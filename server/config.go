@@ -143,6 +143,9 @@ type Config struct {
 	// pausable (tests) lets the server pause its connections as a
 	// stopped process would (Server.pause).
 	pausable bool
+	// maxMessageType, when set (tests), is the highest entry type the
+	// server announces it applies, as a server of an older build would.
+	maxMessageType structs.MessageType
 	// followerReadWait, when set (tests), replaces the wait of a follower
 	// for the leader's read index before it forwards a read (see
 	// Server.followerReadWait).

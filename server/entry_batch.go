@@ -3,6 +3,8 @@ package server
 import (
 	"fmt"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/volplane/volplane/structs"
 )
 
@@ -57,12 +59,21 @@ func (b *entryBatcher) Apply(req any) (uint64, error) {
 	return p.index, nil
 }
 
-// write commits one batch and returns each request's answer.
+// write commits one batch and returns each request's answer. Until every
+// server announces that it applies the batch type (an older build's FSM
+// would stop on it), each request goes out as its own entry, all at once,
+// and Raft batches them as it can.
 func (b *entryBatcher) write(batch []*pendingEntry) []error {
-	if len(batch) == 1 {
-		_, index, err := b.s.raftApplyEntry(batch[0].entry)
-		batch[0].index = index
-		return []error{err}
+	if len(batch) == 1 || !b.s.entryTypeApplied(b.batch) {
+		futures := make([]raft.ApplyFuture, len(batch))
+		for i, p := range batch {
+			futures[i] = b.s.applyEntry(p.entry)
+		}
+		errs := make([]error, len(batch))
+		for i, f := range futures {
+			_, batch[i].index, errs[i] = applyResult(f)
+		}
+		return errs
 	}
 	req := &structs.EntryBatchRequest{Requests: make([][]byte, len(batch))}
 	for i, p := range batch {

@@ -173,3 +173,40 @@ func TestClaim_ConcurrentClaimsShareEntries(t *testing.T) {
 	must.Eq(t, 1, singles)
 	must.Eq(t, 1, batches)
 }
+
+// TestRegister_NoBatchEntriesUntilEveryServerAppliesThem: with a server
+// of an older build in the configuration, one that does not announce the
+// batch types, concurrent registers go out one entry each (its FSM would
+// stop on a batch entry), and all succeed.
+func TestRegister_NoBatchEntriesUntilEveryServerAppliesThem(t *testing.T) {
+	const n = 8
+	servers := TestCluster(t, 3, func(i int, c *Config) {
+		if i == 2 {
+			c.maxMessageType = structs.CSIVolumeCheckpointBatchRequestType
+		}
+	})
+	leader := WaitForLeader(t, servers...)
+	must.Eq(t, structs.CSIVolumeCheckpointBatchRequestType, leader.clusterMaxMessageType())
+	connectAgent(t, leader, mock.NodeWithController("dev"), &agentEndpoint{})
+	before := settled(t, leader)
+	holdFirstEntry(t, leader.registers, n)
+
+	indexes := make([]uint64, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			indexes[i] = registerVolume(t, leader, namedVolume(fmt.Sprintf("old[%d]", i)))
+		}()
+	}
+	wg.Wait()
+	perIndex := map[uint64]int{}
+	for _, idx := range indexes {
+		perIndex[idx]++
+	}
+	singles, batches, _ := entriesSince(t, leader, before,
+		structs.CSIVolumeRegisterRequestType, structs.CSIVolumeRegisterBatchRequestType, perIndex, "no-token")
+	must.Eq(t, n, singles)
+	must.Zero(t, batches)
+}

@@ -39,11 +39,16 @@ func newMemberList(self structs.ServerMember) *memberList {
 }
 
 func (s *Server) selfMember() structs.ServerMember {
+	top := structs.MaxMessageType()
+	if s.config.maxMessageType != 0 {
+		top = s.config.maxMessageType
+	}
 	return structs.ServerMember{
 		ID:              s.nodeID,
 		Name:            s.config.NodeName,
 		RPCAddr:         s.rpcAddr,
 		BootstrapExpect: s.config.BootstrapExpect,
+		MaxMessageType:  top,
 	}
 }
 

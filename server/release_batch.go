@@ -1,6 +1,7 @@
 package server
 
 import (
+	"sync"
 	"time"
 
 	"github.com/volplane/volplane/structs"
@@ -16,6 +17,10 @@ import (
 type checkpointBatcher struct {
 	// apply writes one entry and returns the response of its FSM apply.
 	apply func(t structs.MessageType, msg any) (any, uint64, error)
+	// applied says whether every server applies entries of a type (see
+	// Server.clusterMaxMessageType); until they do, each checkpoint is an
+	// entry of its own.
+	applied func(t structs.MessageType) bool
 	groupCommit[pendingCheckpoint]
 }
 
@@ -25,8 +30,8 @@ type pendingCheckpoint struct {
 	now  time.Time
 }
 
-func newCheckpointBatcher(apply func(structs.MessageType, any) (any, uint64, error), max int) *checkpointBatcher {
-	b := &checkpointBatcher{apply: apply}
+func newCheckpointBatcher(apply func(structs.MessageType, any) (any, uint64, error), applied func(structs.MessageType) bool, max int) *checkpointBatcher {
+	b := &checkpointBatcher{apply: apply, applied: applied}
 	b.groupCommit = groupCommit[pendingCheckpoint]{write: b.write, max: max}
 	return b
 }
@@ -44,13 +49,21 @@ func (b *checkpointBatcher) Checkpoint(namespace, volumeID string, claim *struct
 
 // write commits one batch and returns each checkpoint's answer.
 func (b *checkpointBatcher) write(batch []pendingCheckpoint) []error {
-	if len(batch) == 1 {
-		p := batch[0]
-		_, _, err := b.apply(structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
-			VolumeID: p.item.VolumeID, Claim: p.item.Claim, Timestamp: p.now.UnixNano(),
-			WriteRequest: structs.WriteRequest{Namespace: p.item.Namespace},
-		})
-		return []error{err}
+	if len(batch) == 1 || !b.applied(structs.CSIVolumeCheckpointBatchRequestType) {
+		errs := make([]error, len(batch))
+		var wg sync.WaitGroup
+		for i, p := range batch {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _, errs[i] = b.apply(structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimRequest{
+					VolumeID: p.item.VolumeID, Claim: p.item.Claim, Timestamp: p.now.UnixNano(),
+					WriteRequest: structs.WriteRequest{Namespace: p.item.Namespace},
+				})
+			}()
+		}
+		wg.Wait()
+		return errs
 	}
 	req := &structs.CSIVolumeCheckpointBatchRequest{Checkpoints: make([]structs.CSIVolumeCheckpoint, len(batch))}
 	var latest time.Time

@@ -47,7 +47,7 @@ func TestCheckpointBatcher_GroupsWaitingCheckpoints(t *testing.T) {
 		}
 		return nil, 0, fmt.Errorf("unexpected %T", msg)
 	}
-	b := newCheckpointBatcher(apply, 4)
+	b := newCheckpointBatcher(apply, func(structs.MessageType) bool { return true }, 4)
 	claim := func(alloc string) *structs.CSIVolumeClaim {
 		return &structs.CSIVolumeClaim{AllocationID: alloc, NodeID: "n", State: structs.CSIVolumeClaimStateNodeDetached}
 	}
@@ -156,4 +156,49 @@ func TestRelease_ManyClaimsShareRaftEntries(t *testing.T) {
 	t.Logf("%d claims released: %d single checkpoint entries, %d batch entries carrying %d checkpoints", n, singles, batches, batched)
 	must.Eq(t, n, singles+batched, must.Sprint("one checkpoint per claim: node-detached and free in one"))
 	must.Less(t, n, singles+batches, must.Sprint("fewer entries than claims"))
+}
+
+// TestCheckpointBatcher_SinglesUntilEveryServerAppliesBatches: while some
+// server does not announce the batch type, checkpoints that queue behind
+// an entry still go out, each as its own claim entry.
+func TestCheckpointBatcher_SinglesUntilEveryServerAppliesBatches(t *testing.T) {
+	var mu sync.Mutex
+	var types []structs.MessageType
+	release := make(chan struct{})
+	apply := func(mt structs.MessageType, msg any) (any, uint64, error) {
+		mu.Lock()
+		types = append(types, mt)
+		first := len(types) == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+		return nil, 1, nil
+	}
+	b := newCheckpointBatcher(apply, func(structs.MessageType) bool { return false }, 4)
+	claim := &structs.CSIVolumeClaim{AllocationID: "a", NodeID: "n", State: structs.CSIVolumeClaimStateNodeDetached}
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			must.NoError(t, b.Checkpoint("default", fmt.Sprintf("v%d", i), claim, time.Unix(100, 0)))
+		}()
+		if i == 0 {
+			testutil.WaitForResult(t, 5*time.Second, func() (bool, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(types) == 1, fmt.Errorf("%d entries", len(types))
+			})
+		}
+	}
+	testutil.WaitForResult(t, 5*time.Second, func() (bool, error) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.pending) == 3, fmt.Errorf("%d pending", len(b.pending))
+	})
+	close(release)
+	wg.Wait()
+	must.Eq(t, []structs.MessageType{structs.CSIVolumeClaimRequestType, structs.CSIVolumeClaimRequestType,
+		structs.CSIVolumeClaimRequestType, structs.CSIVolumeClaimRequestType}, types)
 }

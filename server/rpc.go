@@ -127,7 +127,7 @@ func (s *Server) raftApply(t structs.MessageType, msg any) (any, uint64, error) 
 	if err != nil {
 		return nil, 0, err
 	}
-	return s.raftApplyEntry(buf)
+	return applyResult(s.applyEntry(buf))
 }
 
 // encodeEntry encodes a write as a Raft log entry. The caller's ACL token
@@ -146,12 +146,17 @@ func encodeEntry(t structs.MessageType, msg any) ([]byte, error) {
 	return buf, nil
 }
 
-// raftApplyEntry is raftApply of an encoded entry.
-func (s *Server) raftApplyEntry(buf []byte) (any, uint64, error) {
+// applyEntry starts the apply of an encoded entry.
+func (s *Server) applyEntry(buf []byte) raft.ApplyFuture {
 	if len(buf) > raftWarnSize {
 		s.logger.Warn("large raft entry", "type", structs.MessageType(buf[0]), "bytes", len(buf))
 	}
-	f := s.raft.Apply(buf, raftApplyTimeout)
+	return s.raft.Apply(buf, raftApplyTimeout)
+}
+
+// applyResult waits for an apply and returns its FSM response and index,
+// a response that is an error as the error.
+func applyResult(f raft.ApplyFuture) (any, uint64, error) {
 	if err := f.Error(); err != nil {
 		return nil, 0, raftError(err)
 	}

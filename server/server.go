@@ -82,6 +82,8 @@ type Server struct {
 	// registers and claims are the group commits of volume registers and
 	// claims.
 	registers, claims *entryBatcher
+	// entryTypes keeps which entry types every server applies.
+	entryTypes entryTypeGate
 	// leaders follows Raft's leader for the forwarding path.
 	leaders *leaderWatch
 	// gate freezes the connections of a pausable server (tests).
@@ -152,7 +154,7 @@ func NewServer(cfg *Config) (*Server, error) {
 	s.nodeConns = newNodeConns()
 	s.calls = clientrpc.NewCalls(s.shutdownCtx)
 	s.clientRPC = clientrpc.NewClient(clientrpc.New(s, cfg.ClientRPCTimeout, s.logger.Named("client_rpc")), s, s.logger.Named("client_rpc"))
-	s.checkpoints = newCheckpointBatcher(s.raftApply, maxCheckpointBatch)
+	s.checkpoints = newCheckpointBatcher(s.raftApply, s.entryTypeApplied, maxCheckpointBatch)
 	s.registers = newEntryBatcher(s, structs.CSIVolumeRegisterBatchRequestType)
 	s.claims = newEntryBatcher(s, structs.CSIVolumeClaimBatchRequestType)
 	s.leaders = newLeaderWatch()

@@ -97,6 +97,16 @@ func MessageTypes() []MessageType {
 	return out
 }
 
+// MaxMessageType is the highest message type this build defines, and so
+// applies.
+func MaxMessageType() MessageType {
+	var top MessageType
+	for t := range messageTypeNames {
+		top = max(top, t)
+	}
+	return top
+}
+
 func (t MessageType) String() string {
 	if n, ok := messageTypeNames[t]; ok {
 		return n

@@ -31,6 +31,12 @@ type ServerMember struct {
 	BootstrapExpect int
 	// Bootstrapped is true once the server has Raft state of its own.
 	Bootstrapped bool
+	// MaxMessageType is the highest Raft entry type the server's build
+	// applies (message types are append-only); 0 from builds that came
+	// before it was announced. A leader writes an entry of a newer type
+	// only once every server in the configuration applies it: an unknown
+	// type stops a server's FSM.
+	MaxMessageType MessageType
 }
 
 // StatusJoinRequest is sent by a server to the addresses it was told to
