@@ -19,18 +19,10 @@ import (
 // hears its own checkpoint's answer; a lone checkpoint is the single entry
 // it always was.
 func TestCheckpointBatcher_GroupsWaitingCheckpoints(t *testing.T) {
-	var mu sync.Mutex
-	var entries []any
-	release := make(chan struct{})
+	log := newHeldLog()
 	refused := structs.ErrNotFound("no such claim")
 	apply := func(mt structs.MessageType, msg any) (any, uint64, error) {
-		mu.Lock()
-		entries = append(entries, msg)
-		first := len(entries) == 1
-		mu.Unlock()
-		if first {
-			<-release
-		}
+		log.record(mt, msg)
 		switch req := msg.(type) {
 		case *structs.CSIVolumeClaimRequest:
 			must.Eq(t, structs.CSIVolumeClaimRequestType, mt)
@@ -56,9 +48,7 @@ func TestCheckpointBatcher_GroupsWaitingCheckpoints(t *testing.T) {
 	firstDone := make(chan error, 1)
 	go func() { firstDone <- b.Checkpoint("default", "v0", claim("a0"), now) }()
 	testutil.WaitForResult(t, 5*time.Second, func() (bool, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(entries) == 1, fmt.Errorf("%d entries", len(entries))
+		return log.len() == 1, fmt.Errorf("%d entries", log.len())
 	})
 
 	// Six more arrive while the first is written: they wait, then go out
@@ -78,7 +68,7 @@ func TestCheckpointBatcher_GroupsWaitingCheckpoints(t *testing.T) {
 			return len(b.pending) == i+1, fmt.Errorf("%d pending", len(b.pending))
 		})
 	}
-	close(release)
+	close(log.release)
 	must.NoError(t, <-firstDone)
 	wg.Wait()
 	for i, a := range allocs {
@@ -88,6 +78,7 @@ func TestCheckpointBatcher_GroupsWaitingCheckpoints(t *testing.T) {
 			must.NoError(t, errs[i], must.Sprintf("checkpoint of %s", a))
 		}
 	}
+	entries := log.msgs
 	must.Len(t, 3, entries)
 	_, single := entries[0].(*structs.CSIVolumeClaimRequest)
 	must.True(t, single, must.Sprint("a lone checkpoint is a single claim entry"))
@@ -162,17 +153,9 @@ func TestRelease_ManyClaimsShareRaftEntries(t *testing.T) {
 // server does not announce the batch type, checkpoints that queue behind
 // an entry still go out, each as its own claim entry.
 func TestCheckpointBatcher_SinglesUntilEveryServerAppliesBatches(t *testing.T) {
-	var mu sync.Mutex
-	var types []structs.MessageType
-	release := make(chan struct{})
+	log := newHeldLog()
 	apply := func(mt structs.MessageType, msg any) (any, uint64, error) {
-		mu.Lock()
-		types = append(types, mt)
-		first := len(types) == 1
-		mu.Unlock()
-		if first {
-			<-release
-		}
+		log.record(mt, msg)
 		return nil, 1, nil
 	}
 	b := newCheckpointBatcher(apply, func(structs.MessageType) bool { return false }, 4)
@@ -186,9 +169,7 @@ func TestCheckpointBatcher_SinglesUntilEveryServerAppliesBatches(t *testing.T) {
 		}()
 		if i == 0 {
 			testutil.WaitForResult(t, 5*time.Second, func() (bool, error) {
-				mu.Lock()
-				defer mu.Unlock()
-				return len(types) == 1, fmt.Errorf("%d entries", len(types))
+				return log.len() == 1, fmt.Errorf("%d entries", log.len())
 			})
 		}
 	}
@@ -197,8 +178,36 @@ func TestCheckpointBatcher_SinglesUntilEveryServerAppliesBatches(t *testing.T) {
 		defer b.mu.Unlock()
 		return len(b.pending) == 3, fmt.Errorf("%d pending", len(b.pending))
 	})
-	close(release)
+	close(log.release)
 	wg.Wait()
 	must.Eq(t, []structs.MessageType{structs.CSIVolumeClaimRequestType, structs.CSIVolumeClaimRequestType,
-		structs.CSIVolumeClaimRequestType, structs.CSIVolumeClaimRequestType}, types)
+		structs.CSIVolumeClaimRequestType, structs.CSIVolumeClaimRequestType}, log.types)
+}
+
+// heldLog records the entries a test's apply function is given, and holds
+// the first until release is closed, so that others queue behind it.
+type heldLog struct {
+	mu      sync.Mutex
+	types   []structs.MessageType
+	msgs    []any
+	release chan struct{}
+}
+
+func newHeldLog() *heldLog { return &heldLog{release: make(chan struct{})} }
+
+func (l *heldLog) record(mt structs.MessageType, msg any) {
+	l.mu.Lock()
+	l.types = append(l.types, mt)
+	l.msgs = append(l.msgs, msg)
+	first := len(l.msgs) == 1
+	l.mu.Unlock()
+	if first {
+		<-l.release
+	}
+}
+
+func (l *heldLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.msgs)
 }
