@@ -15,9 +15,10 @@ import (
 	"github.com/volplane/volplane/testutil"
 )
 
-// holdFirstEntry makes b's first write wait until n-1 more requests are
-// queued behind it, so that they share the next entry.
-func holdFirstEntry(t *testing.T, b *entryBatcher, n int) {
+// holdFirstEntry makes b's first write wait until the test calls the
+// function it returns, which waits until n-1 more requests are queued
+// behind that write and lets it go: they then share the next entry.
+func holdFirstEntry(t *testing.T, b *entryBatcher, n int) (release func()) {
 	write := b.groupCommit.write
 	gate := make(chan struct{})
 	var once sync.Once
@@ -25,14 +26,15 @@ func holdFirstEntry(t *testing.T, b *entryBatcher, n int) {
 		once.Do(func() { <-gate })
 		return write(items)
 	}
-	go func() {
+	return func() {
+		t.Helper()
+		defer close(gate)
 		testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
 			b.mu.Lock()
 			defer b.mu.Unlock()
 			return len(b.pending) == n-1, fmt.Errorf("%d requests queued", len(b.pending))
 		})
-		close(gate)
-	}()
+	}
 }
 
 // entriesSince counts the leader's log entries of type single and batch
@@ -83,7 +85,7 @@ func TestRegister_ConcurrentRegistersShareEntries(t *testing.T) {
 	leader := WaitForLeader(t, servers...)
 	connectAgent(t, leader, mock.NodeWithController("dev"), &agentEndpoint{})
 	before := settled(t, leader)
-	holdFirstEntry(t, leader.registers, n)
+	release := holdFirstEntry(t, leader.registers, n)
 
 	indexes := make([]uint64, n)
 	errs := make([]error, n)
@@ -104,6 +106,7 @@ func TestRegister_ConcurrentRegistersShareEntries(t *testing.T) {
 			indexes[i] = resp.Index
 		}()
 	}
+	release()
 	wg.Wait()
 
 	perIndex := map[uint64]int{}
@@ -141,23 +144,27 @@ func TestClaim_ConcurrentClaimsShareEntries(t *testing.T) {
 		AccessMode: structs.CSIVolumeAccessModeSingleNodeWriter})))
 	allocs := waitPlaced(t, leader, "cl", n)
 	before := settled(t, leader)
-	holdFirstEntry(t, leader.claims, n)
+	release := holdFirstEntry(t, leader.claims, n)
 
 	var wg sync.WaitGroup
-	indexes := map[string]uint64{}
 	var mu sync.Mutex
+	indexes := map[string]uint64{}
+	errs := map[string]error{}
 	for _, a := range allocs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			resp, err := claimFor(t, leader, node, a, req.VolumeID(a.Name), req)
-			must.NoError(t, err, must.Sprintf("claim of %s", a.Name))
 			mu.Lock()
-			indexes[a.ID] = resp.Index
+			indexes[a.ID], errs[a.ID] = resp.Index, err
 			mu.Unlock()
 		}()
 	}
+	release()
 	wg.Wait()
+	for _, a := range allocs {
+		must.NoError(t, errs[a.ID], must.Sprintf("claim of %s", a.Name))
+	}
 
 	perIndex := map[uint64]int{}
 	for _, a := range allocs {
@@ -189,18 +196,26 @@ func TestRegister_NoBatchEntriesUntilEveryServerAppliesThem(t *testing.T) {
 	must.Eq(t, structs.CSIVolumeCheckpointBatchRequestType, leader.clusterMaxMessageType())
 	connectAgent(t, leader, mock.NodeWithController("dev"), &agentEndpoint{})
 	before := settled(t, leader)
-	holdFirstEntry(t, leader.registers, n)
+	release := holdFirstEntry(t, leader.registers, n)
 
 	indexes := make([]uint64, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			indexes[i] = registerVolume(t, leader, namedVolume(fmt.Sprintf("old[%d]", i)))
+			var resp structs.CSIVolumeRegisterResponse
+			errs[i] = leader.RPC("CSIVolume.Register", &structs.CSIVolumeRegisterRequest{
+				Volumes: []*structs.CSIVolume{namedVolume(fmt.Sprintf("old[%d]", i))}}, &resp)
+			indexes[i] = resp.Index
 		}()
 	}
+	release()
 	wg.Wait()
+	for i, err := range errs {
+		must.NoError(t, err, must.Sprintf("register %d", i))
+	}
 	perIndex := map[uint64]int{}
 	for _, idx := range indexes {
 		perIndex[idx]++

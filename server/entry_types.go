@@ -22,11 +22,10 @@ type entryTypeGate struct {
 
 // clusterMaxMessageType returns the highest entry type every server in the
 // Raft configuration applies, as they announced it (structs.ServerMember).
-// A server not heard from yet, or of a build that announces none, counts
-// as applying no newer type than the oldest; so does a configuration that
-// cannot be read. A leader writes an entry of a type newer than that only
-// at the risk of stopping a server's FSM, which panics on a type it does
-// not know.
+// A server not heard from yet, or of a build that announces nothing,
+// counts as 0, and so does a configuration that cannot be read: only types
+// every build has are then written. A leader that wrote a newer type than
+// this would stop the FSM of a server that does not know it.
 func (s *Server) clusterMaxMessageType() structs.MessageType {
 	g := &s.entryTypes
 	g.mu.Lock()

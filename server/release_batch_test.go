@@ -160,12 +160,13 @@ func TestCheckpointBatcher_SinglesUntilEveryServerAppliesBatches(t *testing.T) {
 	}
 	b := newCheckpointBatcher(apply, func(structs.MessageType) bool { return false }, 4)
 	claim := &structs.CSIVolumeClaim{AllocationID: "a", NodeID: "n", State: structs.CSIVolumeClaimStateNodeDetached}
+	errs := make([]error, 4)
 	var wg sync.WaitGroup
-	for i := range 4 {
+	for i := range errs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			must.NoError(t, b.Checkpoint("default", fmt.Sprintf("v%d", i), claim, time.Unix(100, 0)))
+			errs[i] = b.Checkpoint("default", fmt.Sprintf("v%d", i), claim, time.Unix(100, 0))
 		}()
 		if i == 0 {
 			testutil.WaitForResult(t, 5*time.Second, func() (bool, error) {
@@ -180,6 +181,9 @@ func TestCheckpointBatcher_SinglesUntilEveryServerAppliesBatches(t *testing.T) {
 	})
 	close(log.release)
 	wg.Wait()
+	for i, err := range errs {
+		must.NoError(t, err, must.Sprintf("checkpoint %d", i))
+	}
 	must.Eq(t, []structs.MessageType{structs.CSIVolumeClaimRequestType, structs.CSIVolumeClaimRequestType,
 		structs.CSIVolumeClaimRequestType, structs.CSIVolumeClaimRequestType}, log.types)
 }

@@ -141,7 +141,9 @@ func encodeEntry(t structs.MessageType, msg any) ([]byte, error) {
 	}
 	buf, err := structs.Encode(t, msg)
 	if err != nil {
-		return nil, structs.NewError(structs.ErrCodeInternal, "encoding %s request: %v", t, err)
+		e := structs.NewError(structs.ErrCodeInternal, "encoding %s request: %v", t, err)
+		e.Cause = err
+		return nil, e
 	}
 	return buf, nil
 }

@@ -346,8 +346,9 @@ func (s *StateStore) CSIVolumeClaim(index uint64, now int64, namespace, id strin
 // CheckCSIVolumeClaim applies the rules of a new claim (state taken)
 // without writing anything, and returns the volume with its plugin health
 // derived. Only its claims are its own (CopyClaims): the rest is shared
-// with the stored row and read only. The leader calls it on its snapshot so that a refused claim
-// costs no Raft entry; the write applies the same rules again.
+// with the stored row and read only. The leader calls it on its snapshot
+// so that a refused claim costs no Raft entry; the write applies the same
+// rules again.
 func (s *StateStore) CheckCSIVolumeClaim(namespace, id string, claim *structs.CSIVolumeClaim) (*structs.CSIVolume, error) {
 	if claim != nil && claim.State != structs.CSIVolumeClaimStateTaken {
 		return nil, structs.ErrInvalid("volume %q: allocation %q: a new claim is in state %s, not %s",
