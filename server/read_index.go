@@ -42,9 +42,9 @@ var localReads = map[string]bool{
 // its barrier is applied, and once a quorum has confirmed its leadership,
 // or while the lease of a recent confirmation holds: confirmLeadership) it
 // is served here. On a follower it asks the leader for its read index
-// (Status.ReadIndex: the leader confirms
-// with a quorum that it still leads and answers the index its state has
-// reached), waits until this server's state has reached that index, and
+// (Status.ReadIndex: the leader confirms with a quorum that it still leads
+// and answers the index its state has reached), waits until this server's
+// state has reached that index, and
 // serves it here: the answer then reflects every write acknowledged before
 // the read began, as a forwarded read would, without the answer's trip
 // back. A follower whose state does not reach that index within
