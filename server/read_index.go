@@ -38,21 +38,20 @@ var localReads = map[string]bool{
 }
 
 // readLocally decides where a default-consistency read of a localReads
-// method is served, as forward does for the others. On the leader (once
-// its barrier is applied, and once a quorum has confirmed its leadership,
-// or while the lease of a recent confirmation holds: confirmLeadership) it
-// is served here. On a follower it asks the leader for its read index
+// method is served, as forward does for the others. On the leader (once its
+// barrier is applied, and once a quorum has confirmed its leadership, or
+// while the lease of a recent confirmation holds: confirmLeadership) it is
+// served here. On a follower it asks the leader for its read index
 // (Status.ReadIndex: the leader confirms with a quorum that it still leads
 // and answers the index its state has reached), waits until this server's
-// state has reached that index, and
-// serves it here: the answer then reflects every write acknowledged before
-// the read began, as a forwarded read would, without the answer's trip
-// back. A follower whose state does not reach that index within
-// followerReadWait forwards the read after all (errBehindLeader), to the
-// leader, which confirms its leadership before it answers. Without a
-// leader that confirms, it retries until RPCHoldTimeout and answers
-// ErrNoLeader: a follower cut off from the leader never answers a default
-// read from its possibly stale state.
+// state has reached that index, and serves it here: the answer then reflects
+// every write acknowledged before the read began, as a forwarded read would,
+// without the answer's trip back. A follower whose state does not reach that
+// index within followerReadWait forwards the read after all
+// (errBehindLeader), to the leader, which confirms its leadership before it
+// answers. Without a leader that confirms, it retries until RPCHoldTimeout
+// and answers ErrNoLeader: a follower cut off from the leader never answers
+// a default read from its possibly stale state.
 //
 // The token is checked after the wait, against state that has caught up
 // with the leader, so a token created just before the read is known.
