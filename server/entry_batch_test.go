@@ -85,33 +85,16 @@ func TestRegister_ConcurrentRegistersShareEntries(t *testing.T) {
 	leader := WaitForLeader(t, servers...)
 	connectAgent(t, leader, mock.NodeWithController("dev"), &agentEndpoint{})
 	before := settled(t, leader)
-	release := holdFirstEntry(t, leader.registers, n)
-
-	indexes := make([]uint64, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Half through a follower, which forwards to the leader.
-			s := leader
-			if i%2 == 1 {
-				s = followers(servers, leader)[0]
-			}
-			req := &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{namedVolume(fmt.Sprintf("grp[%d]", i))}}
-			req.AuthToken = token
-			var resp structs.CSIVolumeRegisterResponse
-			errs[i] = s.RPC("CSIVolume.Register", req, &resp)
-			indexes[i] = resp.Index
-		}()
-	}
-	release()
-	wg.Wait()
+	// Half through a follower, which forwards to the leader.
+	indexes := registerHeld(t, leader, n, "grp", token, func(i int) *Server {
+		if i%2 == 1 {
+			return followers(servers, leader)[0]
+		}
+		return leader
+	})
 
 	perIndex := map[uint64]int{}
 	for i := range n {
-		must.NoError(t, errs[i], must.Sprintf("register %d", i))
 		v := getVolume(t, leader, fmt.Sprintf("grp[%d]", i), false)
 		must.Eq(t, indexes[i], v.CreateIndex, must.Sprintf("register %d answers the index that wrote its volume", i))
 		perIndex[indexes[i]]++
@@ -196,26 +179,7 @@ func TestRegister_NoBatchEntriesUntilEveryServerAppliesThem(t *testing.T) {
 	must.Eq(t, structs.CSIVolumeCheckpointBatchRequestType, leader.clusterMaxMessageType())
 	connectAgent(t, leader, mock.NodeWithController("dev"), &agentEndpoint{})
 	before := settled(t, leader)
-	release := holdFirstEntry(t, leader.registers, n)
-
-	indexes := make([]uint64, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var resp structs.CSIVolumeRegisterResponse
-			errs[i] = leader.RPC("CSIVolume.Register", &structs.CSIVolumeRegisterRequest{
-				Volumes: []*structs.CSIVolume{namedVolume(fmt.Sprintf("old[%d]", i))}}, &resp)
-			indexes[i] = resp.Index
-		}()
-	}
-	release()
-	wg.Wait()
-	for i, err := range errs {
-		must.NoError(t, err, must.Sprintf("register %d", i))
-	}
+	indexes := registerHeld(t, leader, n, "old", "", func(int) *Server { return leader })
 	perIndex := map[uint64]int{}
 	for _, idx := range indexes {
 		perIndex[idx]++
@@ -224,4 +188,33 @@ func TestRegister_NoBatchEntriesUntilEveryServerAppliesThem(t *testing.T) {
 		structs.CSIVolumeRegisterRequestType, structs.CSIVolumeRegisterBatchRequestType, perIndex, "no-token")
 	must.Eq(t, n, singles)
 	must.Zero(t, batches)
+}
+
+// registerHeld registers n volumes named prefix[i] at once, register i
+// through via(i) with the token, while the leader's first register entry is
+// held until the rest are queued (holdFirstEntry); it checks that each
+// succeeds and returns the index each was answered with.
+func registerHeld(t *testing.T, leader *Server, n int, prefix, token string, via func(i int) *Server) []uint64 {
+	t.Helper()
+	release := holdFirstEntry(t, leader.registers, n)
+	indexes := make([]uint64, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{namedVolume(fmt.Sprintf("%s[%d]", prefix, i))}}
+			req.AuthToken = token
+			var resp structs.CSIVolumeRegisterResponse
+			errs[i] = via(i).RPC("CSIVolume.Register", req, &resp)
+			indexes[i] = resp.Index
+		}()
+	}
+	release()
+	wg.Wait()
+	for i, err := range errs {
+		must.NoError(t, err, must.Sprintf("register %d", i))
+	}
+	return indexes
 }
