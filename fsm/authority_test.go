@@ -72,6 +72,12 @@ func refusedEntries() map[string]struct {
 	badJob.TaskGroups[0].Count = 2 // two writers of a single-writer volume
 	secretless := testNode("n1", "p")
 	secretless.SecretID = "another"
+	hashed := func(mend func(n *structs.Node)) *structs.NodeRegisterRequest {
+		n := testNode("n1", "p")
+		n.HashSecret()
+		mend(n)
+		return &structs.NodeRegisterRequest{Node: n}
+	}
 	type want = struct {
 		e    entry
 		code structs.ErrorCode
@@ -137,6 +143,14 @@ func refusedEntries() map[string]struct {
 			&structs.NodeRegisterRequest{Node: secretless}}, structs.ErrCodePermissionDenied},
 		"node register without a node": {entry{structs.NodeRegisterRequestType,
 			&structs.NodeRegisterRequest{}}, structs.ErrCodeInvalid},
+		"hashed node register with another secret's hash": {entry{structs.NodeRegisterHashedRequestType,
+			hashed(func(n *structs.Node) { n.SecretHash = structs.HashACLSecret("another") })}, structs.ErrCodePermissionDenied},
+		"hashed node register carrying the secret": {entry{structs.NodeRegisterHashedRequestType,
+			hashed(func(n *structs.Node) { n.SecretID = "s-n1" })}, structs.ErrCodeInvalid},
+		"hashed node register without a hash": {entry{structs.NodeRegisterHashedRequestType,
+			hashed(func(n *structs.Node) { n.SecretHash = nil })}, structs.ErrCodeInvalid},
+		"hashed node register with a short hash": {entry{structs.NodeRegisterHashedRequestType,
+			hashed(func(n *structs.Node) { n.SecretHash = n.SecretHash[:5] })}, structs.ErrCodeInvalid},
 		"node status nobody knows": {entry{structs.NodeUpdateStatusRequestType,
 			&structs.NodeUpdateStatusRequest{NodeID: "n1", Status: "sleepy"}}, structs.ErrCodeInvalid},
 		"heartbeat with an empty fingerprint": {entry{structs.NodeUpdateStatusRequestType,
@@ -294,7 +308,7 @@ func TestAuthority_EmptyRequestsDoNotPanic(t *testing.T) {
 // carry.
 func newRequest(mt structs.MessageType) any {
 	switch mt {
-	case structs.NodeRegisterRequestType:
+	case structs.NodeRegisterRequestType, structs.NodeRegisterHashedRequestType:
 		return &structs.NodeRegisterRequest{}
 	case structs.NodeDeregisterRequestType:
 		return &structs.NodeDeregisterRequest{}

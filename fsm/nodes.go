@@ -9,6 +9,7 @@ import (
 
 func init() {
 	register(structs.NodeRegisterRequestType, applyNodeRegister)
+	register(structs.NodeRegisterHashedRequestType, applyNodeRegisterHashed)
 	register(structs.NodeUpdateStatusRequestType, applyNodeUpdateStatus)
 	register(structs.NodeDeregisterRequestType, applyNodeDeregister)
 
@@ -18,6 +19,16 @@ func init() {
 }
 
 func applyNodeRegister(_ *FSM, st *state.StateStore, index uint64, req *structs.NodeRegisterRequest) error {
+	return st.RegisterNode(index, req)
+}
+
+// applyNodeRegisterHashed applies a registration whose node carries the
+// hash of its secret: one that carries the secret itself, or no hash, was
+// not written by a leader that hashes.
+func applyNodeRegisterHashed(_ *FSM, st *state.StateStore, index uint64, req *structs.NodeRegisterRequest) error {
+	if req.Node != nil && (req.Node.SecretID != "" || len(req.Node.SecretHash) == 0) {
+		return structs.ErrInvalid("node %q: a hashed registration must carry the secret's hash and not the secret", req.Node.ID)
+	}
 	return st.RegisterNode(index, req)
 }
 

@@ -46,7 +46,7 @@ func (e *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 	if err != nil {
 		return err
 	}
-	if node == nil || !secretEqual(node.SecretID, args.NodeSecretID) {
+	if node == nil || !node.SecretMatches(args.NodeSecretID) {
 		return structs.NewError(structs.ErrCodePermissionDenied, "volume %q: claim for node %q refused: unknown node or wrong node secret",
 			args.VolumeID, claim.NodeID)
 	}

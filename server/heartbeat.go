@@ -131,7 +131,6 @@ func (h *heartbeats) expire(nodeID string) {
 		"deadline", h.deadline())
 	req := &structs.NodeUpdateStatusRequest{
 		NodeID:    nodeID,
-		SecretID:  node.SecretID,
 		Status:    structs.NodeStatusDown,
 		UpdatedAt: structs.NowNano(),
 	}

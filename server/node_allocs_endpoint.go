@@ -131,7 +131,7 @@ func (e *Node) authenticate(nodeID, secret string) error {
 	if err != nil {
 		return err
 	}
-	if node == nil || !secretEqual(node.SecretID, secret) {
+	if node == nil || !node.SecretMatches(secret) {
 		return structs.NewError(structs.ErrCodePermissionDenied, "node %q: unknown node or wrong node secret", nodeID)
 	}
 	return nil

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"crypto/subtle"
 	"github.com/volplane/volplane/acl"
 	"time"
 
@@ -36,8 +35,9 @@ func (e *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 		return structs.ErrInvalid("missing node")
 	}
 	node := args.Node.Copy()
-	// Times the servers derive on read are never the client's to store.
-	node.LastHeartbeat, node.GCAfter = time.Time{}, time.Time{}
+	// Times the servers derive on read are never the client's to store,
+	// and a node proves its secret by sending it, never its hash.
+	node.LastHeartbeat, node.GCAfter, node.SecretHash = time.Time{}, time.Time{}, nil
 	if node.Status == "" {
 		node.Status = structs.NodeStatusReady
 	}
@@ -48,7 +48,7 @@ func (e *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	if err != nil {
 		return err
 	}
-	if existing != nil && !secretEqual(existing.SecretID, node.SecretID) {
+	if existing != nil && !existing.SecretMatches(node.SecretID) {
 		return structs.NewError(structs.ErrCodePermissionDenied, "node %q is registered with a different secret", node.ID)
 	}
 	now := time.Now()
@@ -76,7 +76,7 @@ func (e *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	// checked: as soon as the node and its plugins are visible in the
 	// state, calls to them must find their way to the agent.
 	e.recordConn(node.ID, forwarded)
-	_, index, err := e.srv.raftApply(structs.NodeRegisterRequestType, args)
+	_, index, err := e.srv.raftApply(e.srv.nodeRegisterEntry(node), args)
 	if err != nil {
 		return err
 	}
@@ -112,10 +112,12 @@ func (e *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 	if node == nil {
 		return structs.ErrNotFound("node %q is not registered", args.NodeID)
 	}
-	if !secretEqual(node.SecretID, args.SecretID) {
+	if !node.SecretMatches(args.SecretID) {
 		return structs.NewError(structs.ErrCodePermissionDenied, "node %q: wrong node secret", args.NodeID)
 	}
-	check := &structs.Node{ID: node.ID, SecretID: node.SecretID, Name: node.Name,
+	// The FSM does not read the secret: it stays out of the Raft log.
+	args.SecretID = ""
+	check := &structs.Node{ID: node.ID, SecretHash: node.SecretHash, Name: node.Name,
 		CSIControllerPlugins: args.CSIControllerPlugins, CSINodePlugins: args.CSINodePlugins}
 	if err := check.Validate(); err != nil {
 		return err
@@ -155,6 +157,8 @@ func (e *Node) GetNode(args *structs.NodeSpecificRequest, reply *structs.SingleN
 		}
 		if n != nil {
 			n = n.Copy()
+			// A reader is never handed what authenticates the node.
+			n.SecretHash = nil
 			if last, ok := e.srv.heartbeats.lastHeartbeat(n.ID); ok {
 				n.LastHeartbeat = last
 			}
@@ -244,9 +248,17 @@ func stampFingerprints(infos map[string]*structs.CSIInfo, now time.Time) {
 	}
 }
 
-// secretEqual compares secrets in constant time.
-func secretEqual(a, b string) bool {
-	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+// nodeRegisterEntry readies node, a registration the endpoint accepted,
+// for the Raft log and returns the entry type that carries it: the hash
+// of the node's secret in place of the secret once every server applies
+// such entries, else the secret itself, which an older server's FSM
+// needs (every server stores the hash).
+func (s *Server) nodeRegisterEntry(node *structs.Node) structs.MessageType {
+	if !s.entryTypeApplied(structs.NodeRegisterHashedRequestType) {
+		return structs.NodeRegisterRequestType
+	}
+	node.HashSecret()
+	return structs.NodeRegisterHashedRequestType
 }
 
 // recordConn notes that this server reaches the node over the session the

@@ -349,11 +349,7 @@ func nodeSecretIndex() *memdb.IndexSchema {
 		Name:         indexSecret,
 		AllowMissing: true,
 		Indexer: hashIndexer{field: func(raw any) []byte {
-			n := raw.(*structs.Node)
-			if n.SecretID == "" {
-				return nil
-			}
-			return structs.HashACLSecret(n.SecretID)
+			return raw.(*structs.Node).SecretHash
 		}},
 	}
 }
@@ -376,7 +372,7 @@ func (s *StateStore) NodeBySecret(secret string) (*structs.Node, error) {
 	n := first.(*structs.Node)
 	// The index holds a hash; a node whose secret merely hashes alike is
 	// not this one.
-	if !structs.ACLSecretMatches(secret, structs.HashACLSecret(n.SecretID)) {
+	if !n.SecretMatches(secret) {
 		return nil, nil
 	}
 	return n, nil

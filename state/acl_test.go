@@ -245,13 +245,50 @@ func TestNodeBySecret(t *testing.T) {
 		must.NoError(t, err)
 		must.Nil(t, got)
 	}
+	// Stored is the secret's hash, never the secret.
+	stored, err := s.NodeByID(nil, "n1")
+	must.NoError(t, err)
+	must.Eq(t, "", stored.SecretID)
+	must.Eq(t, structs.HashACLSecret(n.SecretID), stored.SecretHash)
+	must.True(t, stored.SecretMatches(n.SecretID))
+	must.False(t, stored.SecretMatches(""))
+
+	// A registration again with the secret, or with its hash, is the
+	// node's; with another secret it is refused.
+	again := n.Copy()
+	again.Name = "renamed"
+	must.NoError(t, s.UpsertNode(11, again))
+	again.HashSecret()
+	must.NoError(t, s.UpsertNode(12, again))
+	other := n.Copy()
+	other.SecretID = "wrong"
+	must.Eq(t, structs.ErrCodePermissionDenied, structs.CodeOf(s.UpsertNode(13, other)))
+
 	// Two nodes with one secret: the secret names neither.
 	twin := testNode("n2")
 	twin.SecretID = n.SecretID
-	must.NoError(t, s.UpsertNode(11, twin))
+	must.NoError(t, s.UpsertNode(14, twin))
 	got, err = s.NodeBySecret(n.SecretID)
 	must.NoError(t, err)
 	must.Nil(t, got)
+}
+
+// TestNodeRestore_HashesTheSecret: a snapshot of an older build holds each
+// node's secret itself; the restored state holds its hash, and the node's
+// calls still authenticate.
+func TestNodeRestore_HashesTheSecret(t *testing.T) {
+	s := TestStateStore(t)
+	r, err := s.Restore()
+	must.NoError(t, err)
+	n := testNode("n1")
+	secret := n.SecretID
+	must.NoError(t, r.NodeRestore(n))
+	must.NoError(t, r.Commit())
+	got, err := s.NodeBySecret(secret)
+	must.NoError(t, err)
+	must.NotNil(t, got)
+	must.Eq(t, "", got.SecretID)
+	must.Eq(t, structs.HashACLSecret(secret), got.SecretHash)
 }
 
 func TestACLEvents_NoSecrets(t *testing.T) {

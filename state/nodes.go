@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"fmt"
 	"maps"
@@ -45,13 +46,16 @@ func upsertNodeTxn(txn *memdb.Txn, index uint64, node *structs.Node) error {
 	if err != nil {
 		return err
 	}
+	// The state keeps the secret's hash only, whatever form the entry
+	// carried it in (older leaders wrote the secret itself).
+	n := node.Copy()
+	n.HashSecret()
 	// The endpoint checked the secret against its state; a registration
 	// that overtook it in the log must not hand the node to another
 	// secret either.
-	if existing != nil && subtle.ConstantTimeCompare([]byte(existing.SecretID), []byte(node.SecretID)) != 1 {
+	if existing != nil && subtle.ConstantTimeCompare(existing.SecretHash, n.SecretHash) != 1 {
 		return structs.NewError(structs.ErrCodePermissionDenied, "node %q is registered with a different secret", node.ID)
 	}
-	n := node.Copy()
 	// Drain and eligibility are the operator's: a registration, which
 	// the node's agent sends after every restart, keeps them.
 	n.KeepDrainState(existing)
@@ -213,7 +217,7 @@ func insertNodeTxn(txn *memdb.Txn, n *structs.Node) error {
 func nodesEqual(a, b *structs.Node) bool {
 	return a.ID == b.ID &&
 		a.Name == b.Name &&
-		a.SecretID == b.SecretID &&
+		bytes.Equal(a.SecretHash, b.SecretHash) &&
 		a.Datacenter == b.Datacenter &&
 		a.Address == b.Address &&
 		maps.Equal(a.Attributes, b.Attributes) &&
@@ -323,5 +327,7 @@ func getWatch(txn *memdb.Txn, ws memdb.WatchSet, table, index string, args ...an
 
 // NodeRestore restores one node as persisted.
 func (r *StateRestore) NodeRestore(n *structs.Node) error {
+	// A snapshot of an older build holds the secret itself.
+	n.HashSecret()
 	return insertNodeTxn(r.txn, n)
 }

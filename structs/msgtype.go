@@ -46,6 +46,11 @@ const (
 	CSIVolumeCheckpointBatchRequestType MessageType = 27
 	CSIVolumeRegisterBatchRequestType   MessageType = 28
 	CSIVolumeClaimBatchRequestType      MessageType = 29
+	// NodeRegisterHashedRequestType is a NodeRegisterRequest whose node
+	// carries the hash of its secret and not the secret: an older server's
+	// FSM, which needs the secret itself, stops on it rather than refuse
+	// the registration and diverge.
+	NodeRegisterHashedRequestType MessageType = 30
 )
 
 // IgnoreUnknownTypeFlag may be set on a message type by a newer server for an
@@ -85,6 +90,7 @@ var messageTypeNames = map[MessageType]string{
 	CSIVolumeCheckpointBatchRequestType: "CSIVolumeCheckpointBatch",
 	CSIVolumeRegisterBatchRequestType:   "CSIVolumeRegisterBatch",
 	CSIVolumeClaimBatchRequestType:      "CSIVolumeClaimBatch",
+	NodeRegisterHashedRequestType:       "NodeRegisterHashed",
 }
 
 // MessageTypes returns every defined message type, for tests that check each

@@ -57,6 +57,7 @@ func TestMessageTypes_Named(t *testing.T) {
 		"CSIVolumeCheckpointBatch": 27,
 		"CSIVolumeRegisterBatch":   28,
 		"CSIVolumeClaimBatch":      29,
+		"NodeRegisterHashed":       30,
 	}, seen)
 }
 

@@ -1,8 +1,10 @@
 package structs
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 )
 
@@ -31,9 +33,14 @@ func NodeDownOrGone(n *Node) bool { return n == nil || n.Status == NodeStatusDow
 type Node struct {
 	ID   string
 	Name string
-	// SecretID authenticates the node's own calls. It is never returned by
-	// the HTTP API (json:"-") but travels on the RPC wire (codec tags only).
-	SecretID   string `json:"-"`
+	// SecretID authenticates the node's own calls. The node's agent sends
+	// it; the servers keep only its hash (SecretHash) and write it to the
+	// Raft log only while a server of an older build may read the entry.
+	// Never returned by the HTTP API (json:"-").
+	SecretID string `json:"-"`
+	// SecretHash is the SHA-256 of SecretID, all the servers store: a
+	// copy of their state or log does not let anyone act as the node.
+	SecretHash []byte `json:"-"`
 	Datacenter string
 	// Address is where the node's agent runs, for display.
 	Address    string
@@ -91,6 +98,7 @@ func (n *Node) Copy() *Node {
 		return nil
 	}
 	c := *n
+	c.SecretHash = slices.Clone(n.SecretHash)
 	c.Attributes = maps.Clone(n.Attributes)
 	c.CSIControllerPlugins = copyInfoMap(n.CSIControllerPlugins)
 	c.CSINodePlugins = copyInfoMap(n.CSINodePlugins)
@@ -122,14 +130,39 @@ func PluginsEqual(a, b map[string]*CSIInfo) bool {
 	return true
 }
 
-// Validate checks a node as a client registers it.
+// HashSecret replaces the node's secret with its hash, as the servers
+// store it; a node without a secret in clear keeps its hash.
+func (n *Node) HashSecret() {
+	if n.SecretID != "" {
+		n.SecretHash, n.SecretID = HashACLSecret(n.SecretID), ""
+	}
+}
+
+// SecretMatches says, in constant time, whether secret is the node's. An
+// empty secret matches no node.
+func (n *Node) SecretMatches(secret string) bool {
+	if secret == "" {
+		return false
+	}
+	hash := n.SecretHash
+	if n.SecretID != "" {
+		hash = HashACLSecret(n.SecretID)
+	}
+	return ACLSecretMatches(secret, hash)
+}
+
+// Validate checks a node as a client registers it, or as the servers
+// store it, with its secret hashed.
 func (n *Node) Validate() error {
 	var m MultiError
 	if err := ValidateID("node id", n.ID); err != nil {
 		m.AddErr(err)
 	}
-	if n.SecretID == "" {
+	if n.SecretID == "" && len(n.SecretHash) == 0 {
 		m.Add("missing node secret")
+	}
+	if len(n.SecretHash) != 0 && len(n.SecretHash) != sha256.Size {
+		m.Add("node secret hash of %d bytes, not a SHA-256", len(n.SecretHash))
 	}
 	if n.Name == "" {
 		m.Add("missing node name")

@@ -98,10 +98,10 @@ func (h *handler) nodeGet(w http.ResponseWriter, r *http.Request) (any, error) {
 	if reply.Node == nil {
 		return nil, structs.ErrNotFound("node %q not found", args.NodeID)
 	}
-	// SecretID is json:"-" already; clearing it too means a change of tags
-	// cannot leak it.
+	// The secret and its hash are json:"-" already; clearing them too
+	// means a change of tags cannot leak them.
 	node := reply.Node.Copy()
-	node.SecretID = ""
+	node.SecretID, node.SecretHash = "", nil
 	return &NodeView{Node: node}, nil
 }
 
