@@ -13,9 +13,11 @@ func init() {
 	register(structs.NodeUpdateStatusRequestType, applyNodeUpdateStatus)
 	register(structs.NodeDeregisterRequestType, applyNodeDeregister)
 
-	registerRecord(structs.NodeSnapshot,
+	registerRecord(structs.NodeHashedSnapshot,
 		func(snap *state.StateSnapshot) (memdb.ResultIterator, error) { return snap.Nodes(nil) },
 		(*state.StateRestore).NodeRestore)
+	// An older build's snapshot: NodeRestore hashes each node's secret.
+	registerRestorer(structs.NodeSnapshot, (*state.StateRestore).NodeRestore)
 }
 
 func applyNodeRegister(_ *FSM, st *state.StateStore, index uint64, req *structs.NodeRegisterRequest) error {

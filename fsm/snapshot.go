@@ -40,9 +40,6 @@ func registerRecord[T any](t structs.SnapshotType,
 	list func(snap *state.StateSnapshot) (memdb.ResultIterator, error),
 	restore func(r *state.StateRestore, obj *T) error,
 ) {
-	if _, dup := restorers[t]; dup {
-		panic(fmt.Sprintf("fsm: two registrations of snapshot record %s", t))
-	}
 	persisters[t] = func(snap *state.StateSnapshot, w *recordWriter) error {
 		iter, err := list(snap)
 		if err != nil {
@@ -54,6 +51,16 @@ func registerRecord[T any](t structs.SnapshotType,
 			}
 		}
 		return nil
+	}
+	registerRestorer(t, restore)
+}
+
+// registerRestorer registers how records of type t, holding a T, are
+// restored, alone for a type this build no longer writes
+// (structs.RestoreOnlySnapshotTypes).
+func registerRestorer[T any](t structs.SnapshotType, restore func(r *state.StateRestore, obj *T) error) {
+	if _, dup := restorers[t]; dup {
+		panic(fmt.Sprintf("fsm: two registrations of snapshot record %s", t))
 	}
 	restorers[t] = func(dec *codec.Decoder, r *state.StateRestore) error {
 		obj := new(T)

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-memdb"
+	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/shoenig/test/must"
 
 	"github.com/volplane/volplane/state"
@@ -332,4 +334,40 @@ func closedCh(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// TestSnapshot_NodeSecrets: this build writes nodes as NodeHashed records,
+// which an older build refuses rather than restore nodes without their
+// secrets, and restores an older build's Node records, secrets hashed.
+func TestSnapshot_NodeSecrets(t *testing.T) {
+	src := testFSM(t)
+	populate(t, src)
+	types := map[structs.SnapshotType]int{}
+	br := bufio.NewReader(bytes.NewReader(persist(t, src)))
+	dec := codec.NewDecoder(br, structs.MsgpackHandle)
+	for {
+		b, err := br.ReadByte()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		must.NoError(t, err)
+		var skip codec.Raw
+		must.NoError(t, dec.Decode(&skip))
+		types[structs.SnapshotType(b)]++
+	}
+	must.Eq(t, 2, types[structs.NodeHashedSnapshot])
+	must.Zero(t, types[structs.NodeSnapshot])
+
+	// An older build's snapshot: one node, its secret in clear.
+	var old bytes.Buffer
+	w := &recordWriter{w: &old, enc: codec.NewEncoder(&old, structs.MsgpackHandle)}
+	node := testNode("n1", "p")
+	must.NoError(t, w.write(structs.NodeSnapshot, node))
+	dst := testFSM(t)
+	must.NoError(t, dst.Restore(io.NopCloser(&old)))
+	got, err := dst.State().NodeBySecret(node.SecretID)
+	must.NoError(t, err)
+	must.NotNil(t, got)
+	must.Eq(t, "", got.SecretID)
+	must.Eq(t, structs.HashACLSecret(node.SecretID), got.SecretHash)
 }

@@ -45,6 +45,11 @@ func TestNodeSecret_InTheLogOnlyForOlderServers(t *testing.T) {
 		}
 	})
 	leader := WaitForLeader(t, servers...)
+	// Server 2 is heard from, as a build that stops short of type 30.
+	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
+		top := leader.clusterMaxMessageType()
+		return top == structs.CSIVolumeClaimBatchRequestType, fmt.Errorf("the servers announce entry types up to %d", top)
+	})
 	before := settled(t, leader)
 	node := registerNodeSecret(t, leader, servers, before)
 
@@ -89,6 +94,12 @@ func registerNodeSecret(t *testing.T, leader *Server, servers []*Server, before 
 	}
 	err := leader.RPC("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{NodeID: node.ID, SecretID: "another"}, &resp)
 	must.Eq(t, structs.ErrCodePermissionDenied, structs.CodeOf(err))
+	// Readers of the node get neither the secret nor its hash.
+	var got structs.SingleNodeResponse
+	must.NoError(t, follower.RPC("Node.GetNode", &structs.NodeSpecificRequest{NodeID: node.ID}, &got))
+	must.Eq(t, node.Name, got.Node.Name)
+	must.Eq(t, "", got.Node.SecretID)
+	must.Nil(t, got.Node.SecretHash)
 	return node
 }
 

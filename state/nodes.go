@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
 	"maps"
@@ -53,7 +54,7 @@ func upsertNodeTxn(txn *memdb.Txn, index uint64, node *structs.Node) error {
 	// The endpoint checked the secret against its state; a registration
 	// that overtook it in the log must not hand the node to another
 	// secret either.
-	if existing != nil && subtle.ConstantTimeCompare(existing.SecretHash, n.SecretHash) != 1 {
+	if existing != nil && (len(existing.SecretHash) != sha256.Size || subtle.ConstantTimeCompare(existing.SecretHash, n.SecretHash) != 1) {
 		return structs.NewError(structs.ErrCodePermissionDenied, "node %q is registered with a different secret", node.ID)
 	}
 	// Drain and eligibility are the operator's: a registration, which

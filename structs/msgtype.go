@@ -136,7 +136,16 @@ const (
 	ACLPolicySnapshot SnapshotType = 8
 	ACLTokenSnapshot  SnapshotType = 9
 	NamespaceSnapshot SnapshotType = 10
+	// NodeHashedSnapshot holds a node whose secret is hashed: an older
+	// build, which needs the secret itself, refuses the snapshot instead of
+	// restoring nodes without one. NodeSnapshot records, an older build's,
+	// are still restored (their secrets hashed).
+	NodeHashedSnapshot SnapshotType = 11
 )
+
+// RestoreOnlySnapshotTypes are the record types this build restores but no
+// longer writes.
+func RestoreOnlySnapshotTypes() []SnapshotType { return []SnapshotType{NodeSnapshot} }
 
 var snapshotTypeNames = map[SnapshotType]string{
 	IndexSnapshot:     "Index",
@@ -150,6 +159,8 @@ var snapshotTypeNames = map[SnapshotType]string{
 	ACLPolicySnapshot: "ACLPolicy",
 	ACLTokenSnapshot:  "ACLToken",
 	NamespaceSnapshot: "Namespace",
+
+	NodeHashedSnapshot: "NodeHashed",
 }
 
 // SnapshotTypes returns every defined snapshot record type.

@@ -74,7 +74,7 @@ func TestSnapshotTypes_Named(t *testing.T) {
 	must.Eq(t, "SnapshotType(77)", SnapshotType(77).String())
 	must.Eq(t, map[string]SnapshotType{
 		"Index": 0, "Node": 1, "CSIVolume": 2, "CSIPlugin": 3, "Alloc": 4, "Job": 5, "NodeIntroToken": 6, "RootKey": 7,
-		"ACLPolicy": 8, "ACLToken": 9, "Namespace": 10,
+		"ACLPolicy": 8, "ACLToken": 9, "Namespace": 10, "NodeHashed": 11,
 	}, seen)
 }
 
