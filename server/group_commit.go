@@ -114,6 +114,7 @@ func (g *groupCommit[T]) writeBatch(batch []*groupItem[T]) {
 	}
 }
 
+// closed reports whether ch is closed, without waiting.
 func closed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:

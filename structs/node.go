@@ -138,17 +138,11 @@ func (n *Node) HashSecret() {
 	}
 }
 
-// SecretMatches says, in constant time, whether secret is the node's. An
-// empty secret matches no node.
+// SecretMatches says, in constant time, whether secret is the one whose
+// hash the node, as the servers store it, carries. An empty secret matches
+// no node, nor does any secret a node without a hash.
 func (n *Node) SecretMatches(secret string) bool {
-	if secret == "" {
-		return false
-	}
-	hash := n.SecretHash
-	if n.SecretID != "" {
-		hash = HashACLSecret(n.SecretID)
-	}
-	return ACLSecretMatches(secret, hash)
+	return secret != "" && len(n.SecretHash) == sha256.Size && ACLSecretMatches(secret, n.SecretHash)
 }
 
 // Validate checks a node as a client registers it, or as the servers
