@@ -415,6 +415,7 @@ func (c *ProcessCluster) Stop(t testing.TB, p Process) error {
 	s.mu.Lock()
 	paused := s.paused
 	s.mu.Unlock()
+	start := time.Now()
 	done := c.signal(t, s, syscall.SIGTERM, true)
 	if paused {
 		// A stopped process handles SIGTERM only once it runs again.
@@ -424,7 +425,7 @@ func (c *ProcessCluster) Stop(t testing.TB, p Process) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.paused = false
-	t.Logf("e2e: stopped %s: %v", s.name, s.exitErr)
+	t.Logf("e2e: stopped %s in %s: %v", s.name, time.Since(start).Round(time.Millisecond), s.exitErr)
 	return s.exitErr
 }
 
@@ -433,6 +434,7 @@ func (c *ProcessCluster) waitExit(t testing.TB, s *process, done <-chan struct{}
 	select {
 	case <-done:
 	case <-time.After(exitTimeout):
+		c.dumpStuck(t, s, done)
 		t.Fatalf("e2e: %s did not exit within %s of being signalled", s.name, exitTimeout)
 	}
 	s.mu.Lock()

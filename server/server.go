@@ -340,12 +340,26 @@ func (s *Server) State() *state.StateStore { return s.fsm.State() }
 // Raft exposes the Raft instance, for operator commands and tests.
 func (s *Server) Raft() *raft.Raft { return s.raft }
 
+// slowShutdownStep is how long a step of Shutdown may take before it is
+// logged.
+const slowShutdownStep = time.Second
+
 // Shutdown stops the server: leadership work, listeners, Raft and stores.
 // It is safe to call more than once.
 func (s *Server) Shutdown() error {
 	var errs []error
 	s.shutdownOnce.Do(func() {
 		s.logger.Info("shutting down")
+		start := time.Now()
+		// Each step that waits says so when it took long, so that a slow
+		// shutdown names what held it.
+		step := time.Now()
+		waited := func(what string) {
+			if d := time.Since(step); d >= slowShutdownStep {
+				s.logger.Warn("shutdown: slow step", "step", what, "took", d)
+			}
+			step = time.Now()
+		}
 		s.shutdownCancel()
 		// A paused server's held connections must not hold its shutdown.
 		s.resume()
@@ -355,11 +369,13 @@ func (s *Server) Shutdown() error {
 				s.httpServer.Close()
 			}
 			cancel()
+			waited("HTTP requests")
 		}
 		if s.raft != nil {
 			if err := s.raft.Shutdown().Error(); err != nil {
 				errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
 			}
+			waited("raft")
 		}
 		if s.raftTransport != nil {
 			// The pooled streams and the handlers' contexts, then the
@@ -378,6 +394,7 @@ func (s *Server) Shutdown() error {
 			if !s.raftLayer.Drain(raftDrainTimeout) {
 				s.logger.Warn("Raft connections still served after shutdown", "waited", raftDrainTimeout)
 			}
+			waited("raft connections")
 		}
 		// The pools first: an endpoint forwarding a blocking query to
 		// another server is waiting on them, and the mux waits for it.
@@ -395,10 +412,13 @@ func (s *Server) Shutdown() error {
 		if s.rpcListener != nil {
 			s.rpcListener.Close()
 		}
+		waited("connections")
 		s.wg.Wait()
+		waited("server goroutines")
 		if err := s.raftStore.Close(); err != nil {
 			errs = append(errs, err)
 		}
+		s.logger.Info("shut down", "took", time.Since(start))
 	})
 	return errors.Join(errs...)
 }
