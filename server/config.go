@@ -154,6 +154,8 @@ type Config struct {
 	// attempt to set up leadership, numbered from 1; an error fails the
 	// attempt as a failed barrier does.
 	leaderSetupHook func(attempt int) error
+	// wrapFSM, when set (tests), wraps the state machine Raft applies to.
+	wrapFSM func(raft.BatchingFSM) raft.BatchingFSM
 	// leaderSetupRetryMin, leaderSetupRetryMax and leaderSetupMaxAttempts,
 	// when set (tests), replace the constants of the same names.
 	leaderSetupRetryMin, leaderSetupRetryMax time.Duration

@@ -71,7 +71,7 @@ func (b *entryBatcher) write(batch []*pendingEntry) []error {
 		}
 		errs := make([]error, len(batch))
 		for i, f := range futures {
-			_, batch[i].index, errs[i] = applyResult(f)
+			_, batch[i].index, errs[i] = b.s.applyResult(f)
 		}
 		return errs
 	}

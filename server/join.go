@@ -237,7 +237,7 @@ func (s *Server) maybeBootstrap(reached map[string]structs.StatusJoinResponse) {
 		})
 	}
 	s.logger.Info("bootstrapping the cluster", "servers", len(cfg.Servers))
-	if err := s.raft.BootstrapCluster(cfg).Error(); err != nil && err != raft.ErrCantBootstrap {
+	if err := s.waitFuture(s.raft.BootstrapCluster(cfg)); err != nil && err != raft.ErrCantBootstrap {
 		s.logger.Error("bootstrap failed", "error", err)
 		return
 	}

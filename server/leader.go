@@ -129,7 +129,7 @@ func (s *Server) setupLeadershipWithRetry(done <-chan struct{}) bool {
 		log := s.logger.With("attempt", attempt, "error", err)
 		if attempt >= maxAttempts {
 			log.Error("setting up leadership keeps failing; transferring leadership to another server")
-			terr := s.raft.LeadershipTransfer().Error()
+			terr := s.waitFuture(s.raft.LeadershipTransfer())
 			if terr == nil {
 				// Raft's notification that this server no longer leads
 				// ends this leadership (closes done).
@@ -159,7 +159,7 @@ func (s *Server) setupLeadershipWithRetry(done <-chan struct{}) bool {
 // entry committed by earlier leaders is applied here, and a cluster keyring
 // to seal secrets with.
 func (s *Server) setupLeadership(attempt int) error {
-	if err := s.raft.Barrier(barrierTimeout).Error(); err != nil {
+	if err := s.waitFuture(s.raft.Barrier(barrierTimeout)); err != nil {
 		return fmt.Errorf("barrier: %w", err)
 	}
 	if err := s.establishKeyring(); err != nil {
@@ -247,7 +247,7 @@ func (s *Server) reconcileMembers() {
 		// A known ID at a new address is re-added at the new address.
 		s.logger.Info("adding server to the raft configuration", "id", m.ID, "name", m.Name, "address", m.RPCAddr)
 		f := s.raft.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RPCAddr), 0, s.config.RaftTimeout)
-		if err := f.Error(); err != nil {
+		if err := s.waitFuture(f); err != nil {
 			s.logger.Warn("adding server failed", "id", m.ID, "error", err)
 		}
 	}

@@ -78,7 +78,7 @@ func (e *Operator) RaftRemovePeer(args *structs.RaftPeerRequest, reply *structs.
 	}
 	e.srv.members.forget(string(target.ID))
 	rf := e.srv.raft.RemoveServer(target.ID, 0, 0)
-	if err := rf.Error(); err != nil {
+	if err := e.srv.waitFuture(rf); err != nil {
 		return raftError(err)
 	}
 	e.srv.logger.Info("removed raft peer", "id", target.ID, "address", target.Address)

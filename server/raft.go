@@ -143,7 +143,11 @@ func (s *Server) setupRaft() error {
 		s.members.setBootstrapped(true)
 	}
 	s.raftTransport = trans
-	r, err := raft.NewRaft(&conf, s.fsm, logs, stable, snaps, trans)
+	var machine raft.BatchingFSM = s.fsm
+	if s.config.wrapFSM != nil {
+		machine = s.config.wrapFSM(machine)
+	}
+	r, err := raft.NewRaft(&conf, machine, logs, stable, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("starting raft: %w", err)
 	}

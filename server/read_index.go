@@ -237,6 +237,9 @@ type leaderVerifier struct {
 	// leadership needs no new round.
 	leaseTerm  any
 	leaseUntil time.Time
+	// wait waits for a round's future (Server.waitFuture); nil: its
+	// Error method.
+	wait func(raft.Future) error
 }
 
 type verifyRound struct {
@@ -265,7 +268,12 @@ func (v *leaderVerifier) verify(ctx context.Context, r *raft.Raft, term any, lea
 			v.running, v.next = mine, nil
 			v.mu.Unlock()
 			start := time.Now()
-			err := r.VerifyLeader().Error()
+			var err error
+			if f := r.VerifyLeader(); v.wait != nil {
+				err = v.wait(f)
+			} else {
+				err = f.Error()
+			}
 			if err != nil {
 				err = raftError(err)
 				if !errors.Is(err, structs.ErrNoLeader) {

@@ -127,7 +127,7 @@ func (s *Server) raftApply(t structs.MessageType, msg any) (any, uint64, error) 
 	if err != nil {
 		return nil, 0, err
 	}
-	return applyResult(s.applyEntry(buf))
+	return s.applyResult(s.applyEntry(buf))
 }
 
 // encodeEntry encodes a write as a Raft log entry. The caller's ACL token
@@ -154,33 +154,6 @@ func (s *Server) applyEntry(buf []byte) raft.ApplyFuture {
 		s.logger.Warn("large raft entry", "type", structs.MessageType(buf[0]), "bytes", len(buf))
 	}
 	return s.raft.Apply(buf, raftApplyTimeout)
-}
-
-// applyResult waits for an apply and returns its FSM response and index,
-// a response that is an error as the error.
-func applyResult(f raft.ApplyFuture) (any, uint64, error) {
-	if err := f.Error(); err != nil {
-		return nil, 0, raftError(err)
-	}
-	if e, ok := f.Response().(error); ok && e != nil {
-		return nil, f.Index(), e
-	}
-	return f.Response(), f.Index(), nil
-}
-
-// raftError maps raft's errors to typed ones. Only "not leader" guarantees
-// nothing was committed; after "leadership lost" the write may or may not
-// have been applied, and the caller must not blindly retry.
-func raftError(err error) error {
-	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrRaftShutdown):
-		return structs.ErrNoLeader
-	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		return structs.NewError(structs.ErrCodeInternal, "leadership lost while committing: the write may or may not have been applied")
-	case errors.Is(err, raft.ErrEnqueueTimeout):
-		return structs.NewError(structs.ErrCodeRetryable, "raft is overloaded: %v", err)
-	}
-	return structs.NewError(structs.ErrCodeInternal, "raft: %v", err)
 }
 
 // queryFn runs a read against one state store, adding what it read to ws,

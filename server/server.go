@@ -94,8 +94,10 @@ type Server struct {
 
 	shutdownCtx    context.Context
 	shutdownCancel context.CancelFunc
-	shutdownOnce   sync.Once
-	wg             sync.WaitGroup
+	// raftStopped is closed once Raft has shut down (see waitFuture).
+	raftStopped  chan struct{}
+	shutdownOnce sync.Once
+	wg           sync.WaitGroup
 }
 
 // NewServer starts a server agent: it binds its listeners, opens or creates
@@ -113,6 +115,7 @@ func NewServer(cfg *Config) (*Server, error) {
 		rpcServer:      netrpc.NewServer(),
 		shutdownCtx:    ctx,
 		shutdownCancel: cancel,
+		raftStopped:    make(chan struct{}),
 		acls:           newACLResolver(cfg.ACLTokenTTL, cfg.ACLPolicyTTL),
 	}
 	ok := false
@@ -158,6 +161,7 @@ func NewServer(cfg *Config) (*Server, error) {
 	s.registers = newEntryBatcher(s, structs.CSIVolumeRegisterBatchRequestType)
 	s.claims = newEntryBatcher(s, structs.CSIVolumeClaimBatchRequestType)
 	s.leaders = newLeaderWatch()
+	s.leaderCheck.wait = s.waitFuture
 	s.volumeWatcher = volumewatcher.New(volumewatcher.Config{
 		Backend:     watcherBackend{s},
 		Logger:      s.logger,
@@ -377,6 +381,7 @@ func (s *Server) Shutdown() error {
 			}
 			waited("raft")
 		}
+		close(s.raftStopped)
 		if s.raftTransport != nil {
 			// The pooled streams and the handlers' contexts, then the
 			// transport itself: a peer still replicating to this server

@@ -1,0 +1,146 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"github.com/shoenig/test/must"
+
+	"github.com/volplane/volplane/structs"
+)
+
+// stuckFuture is a Raft future that is never answered, as hashicorp/raft
+// leaves those it dropped on shutdown; answered ones answer at once.
+type stuckFuture struct{ answer chan error }
+
+func (f stuckFuture) Error() error { return <-f.answer }
+
+func answered(err error) stuckFuture {
+	f := stuckFuture{answer: make(chan error, 1)}
+	f.answer <- err
+	return f
+}
+
+func TestWaitFuture(t *testing.T) {
+	t.Parallel()
+	s := &Server{raftStopped: make(chan struct{}), logger: hclog.NewNullLogger()}
+	must.NoError(t, s.waitFuture(answered(nil)))
+
+	// A future Raft never answers returns once Raft has shut down.
+	stuck := stuckFuture{answer: make(chan error)}
+	got := make(chan error, 1)
+	go func() { got <- s.waitFuture(stuck) }()
+	select {
+	case err := <-got:
+		t.Fatalf("waitFuture returned %v before Raft shut down", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(s.raftStopped)
+	select {
+	case err := <-got:
+		must.ErrorIs(t, err, errRaftStopped)
+	case <-time.After(30 * time.Second):
+		t.Fatal("waitFuture still waits after Raft shut down")
+	}
+
+	// After the shutdown, an answered future still gives its answer.
+	want := errors.New("applied with an error")
+	must.ErrorIs(t, s.waitFuture(answered(want)), want)
+
+	// The caller is told its write may have been applied.
+	err := raftError(errRaftStopped)
+	must.StrContains(t, err.Error(), "may or may not have been applied")
+	must.False(t, errors.Is(err, structs.ErrNoLeader))
+}
+
+// blockingFSM holds the state machine's applies while armed, so that the
+// entries committed meanwhile queue in Raft.
+type blockingFSM struct {
+	raft.BatchingFSM
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (f *blockingFSM) ApplyBatch(logs []*raft.Log) []any {
+	if f.armed.CompareAndSwap(true, false) {
+		close(f.entered)
+		<-f.release
+	}
+	return f.BatchingFSM.ApplyBatch(logs)
+}
+
+// TestShutdown_AnswersWritesRaftDropped: entries committed while the state
+// machine is busy queue in Raft; hashicorp/raft drops that queue when it
+// shuts down, without answering their futures. Every write must still
+// return, and the server must shut down.
+func TestShutdown_AnswersWritesRaftDropped(t *testing.T) {
+	t.Parallel()
+	machine := &blockingFSM{entered: make(chan struct{}), release: make(chan struct{})}
+	s := TestServer(t, func(c *Config) {
+		c.wrapFSM = func(f raft.BatchingFSM) raft.BatchingFSM {
+			machine.BatchingFSM = f
+			return machine
+		}
+	})
+	WaitForLeader(t, s)
+
+	// Each write committed on its own, so that each is its own batch in
+	// Raft's queue: the first holds the state machine, the others queue.
+	const writes = 10
+	results := make(chan error, writes)
+	machine.armed.Store(true)
+	for i := range writes {
+		req := &structs.NamespaceUpsertRequest{Namespaces: []*structs.Namespace{{Name: fmt.Sprintf("queued-%d", i)}}}
+		before := s.raft.LastIndex()
+		go func() {
+			_, _, err := s.raftApply(structs.NamespaceUpsertRequestType, req)
+			results <- err
+		}()
+		waitFor(t, 30*time.Second, func() (bool, error) {
+			if c := s.raft.CommitIndex(); c <= before {
+				return false, fmt.Errorf("write %d: commit index %d, last index before it %d", i, c, before)
+			}
+			return true, nil
+		})
+		if i == 0 {
+			<-machine.entered
+		}
+	}
+
+	shutdown := make(chan error, 1)
+	go func() { shutdown <- s.Shutdown() }()
+	waitFor(t, 30*time.Second, func() (bool, error) {
+		return s.raft.State() == raft.Shutdown, fmt.Errorf("raft is %s", s.raft.State())
+	})
+	close(machine.release)
+
+	select {
+	case err := <-shutdown:
+		must.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server did not shut down: a write Raft dropped still holds it")
+	}
+	dropped := 0
+	for i := range writes {
+		select {
+		case err := <-results:
+			switch {
+			case err == nil:
+			case strings.Contains(err.Error(), "shut down while committing"):
+				dropped++
+			default:
+				must.ErrorIs(t, err, structs.ErrNoLeader)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("write %d of %d never returned", i+1, writes)
+		}
+	}
+	t.Logf("%d of %d writes were dropped by Raft and answered so", dropped, writes)
+}
