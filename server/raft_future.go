@@ -52,6 +52,14 @@ func (s *Server) waitFuture(f raft.Future) error {
 // a response that is an error as the error.
 func (s *Server) applyResult(f raft.ApplyFuture) (any, uint64, error) {
 	if err := s.waitFuture(f); err != nil {
+		if errors.Is(err, raft.ErrRaftShutdown) && f.Index() != 0 {
+			// Raft gives an entry its index as it writes it to its log:
+			// this one was written, perhaps committed, and only its
+			// answer was lost to the shutdown (an entry refused before
+			// that has none). Another leader may apply it, so it must not
+			// be taken as "no leader", which a forwarder sends again.
+			err = errRaftStopped
+		}
 		return nil, 0, raftError(err)
 	}
 	if e, ok := f.Response().(error); ok && e != nil {

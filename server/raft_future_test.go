@@ -144,3 +144,29 @@ func TestShutdown_AnswersWritesRaftDropped(t *testing.T) {
 	}
 	t.Logf("%d of %d writes were dropped by Raft and answered so", dropped, writes)
 }
+
+// shutdownFuture is an apply Raft answered with ErrRaftShutdown, with the
+// index it gave the entry (0: refused before the log).
+type shutdownFuture struct {
+	stuckFuture
+	index uint64
+}
+
+func (f shutdownFuture) Index() uint64 { return f.index }
+func (f shutdownFuture) Response() any { return nil }
+
+// TestApplyResult_ShutdownAfterTheLog: "raft is already shutdown" is "no
+// leader" (sent again by a forwarder) only for an entry refused before
+// Raft's log; one written to it may be applied by the next leader.
+func TestApplyResult_ShutdownAfterTheLog(t *testing.T) {
+	t.Parallel()
+	s := &Server{raftStopped: make(chan struct{}), logger: hclog.NewNullLogger()}
+
+	_, _, err := s.applyResult(shutdownFuture{answered(raft.ErrRaftShutdown), 0})
+	must.ErrorIs(t, err, structs.ErrNoLeader)
+	must.True(t, structs.IsRetryable(err))
+
+	_, _, err = s.applyResult(shutdownFuture{answered(raft.ErrRaftShutdown), 42})
+	must.StrContains(t, err.Error(), "may or may not have been applied")
+	must.False(t, structs.IsRetryable(err))
+}
