@@ -26,8 +26,20 @@ func (e *Node) GetClientAllocs(args *structs.NodeClientAllocsRequest, reply *str
 		}
 		reply.Allocs = []*structs.Allocation{}
 		reply.Jobs = map[string]*structs.Job{}
+		// The answer's index is the latest write to what it holds, the
+		// node's allocations and their jobs, as Nomad's is: a write
+		// elsewhere in the cluster neither wakes the query nor moves the
+		// index, so a client's long poll answers only when something of
+		// its own changed. (The tables' indexes answered every node's
+		// poll, each with all its allocations, on every allocation
+		// write.) Allocations are never removed from the state, so the
+		// index never misses one that went away; and an answer from a
+		// server that lacks an allocation has an index below that
+		// allocation's, as the client's check of forgotten ones needs.
+		var index uint64
 		for _, a := range allocs {
 			reply.Allocs = append(reply.Allocs, a)
+			index = max(index, a.ModifyIndex)
 			key := structs.JobKey(a.Namespace, a.JobID)
 			if _, ok := reply.Jobs[key]; ok {
 				continue
@@ -37,6 +49,7 @@ func (e *Node) GetClientAllocs(args *structs.NodeClientAllocsRequest, reply *str
 				return 0, err
 			}
 			if job != nil {
+				index = max(index, job.ModifyIndex)
 				// The node mounts its volumes with the requests' flags,
 				// which the state keeps sealed.
 				if job, err = e.srv.openJob(job); err != nil {
@@ -45,7 +58,13 @@ func (e *Node) GetClientAllocs(args *structs.NodeClientAllocsRequest, reply *str
 				reply.Jobs[key] = job
 			}
 		}
-		return st.IndexWatch(ws, state.TableAllocs, state.TableJobs)
+		if len(allocs) == 0 {
+			// None yet: the allocations table's index, read without
+			// watching the table (the node's own index above wakes the
+			// query when its first allocation comes).
+			return st.IndexWatch(nil, state.TableAllocs)
+		}
+		return index, nil
 	})
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -88,4 +89,84 @@ func TestNode_GetClientAllocsAndUpdateAlloc(t *testing.T) {
 		Allocs: []*structs.AllocClientUpdate{{ID: a.ID, ClientStatus: "exploded"}}}
 	err = s.RPC("Node.UpdateAlloc", weird, &structs.GenericResponse{})
 	must.Eq(t, structs.ErrCodeInvalid, structs.CodeOf(err))
+}
+
+// TestNode_GetClientAllocsAnswersOnlyItsOwnChanges: a node's long poll
+// answers when its own allocations change, not on every allocation write
+// in the cluster (which answered every node, each with all its
+// allocations, for each write).
+func TestNode_GetClientAllocsAnswersOnlyItsOwnChanges(t *testing.T) {
+	t.Parallel()
+	s := TestServer(t, nil)
+	WaitForLeader(t, s)
+	busy, quiet := registerNode(t, s, "dev"), registerNode(t, s, "dev")
+	allocOn := func(node *structs.Node) *structs.Allocation {
+		return &structs.Allocation{ID: mock.UniqueID("alloc"), Namespace: "default", Name: "j.g[0]", JobID: "j",
+			NodeID: node.ID, DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning}
+	}
+	busyAlloc, quietAlloc := allocOn(busy), allocOn(quiet)
+	write := func(a *structs.Allocation) uint64 {
+		idx, _ := s.State().LatestIndex()
+		must.NoError(t, s.State().UpsertAllocs(idx+1, []*structs.Allocation{a}))
+		return idx + 1
+	}
+	write(busyAlloc)
+	write(quietAlloc)
+
+	// The quiet node polls as a client agent does, counting its answers.
+	type answer struct {
+		index  uint64
+		allocs []*structs.Allocation
+	}
+	answers := make(chan answer, 64)
+	var first structs.NodeClientAllocsResponse
+	must.NoError(t, s.RPC("Node.GetClientAllocs", &structs.NodeClientAllocsRequest{NodeID: quiet.ID, SecretID: quiet.SecretID}, &first))
+	must.Len(t, 1, first.Allocs)
+	go func() {
+		defer close(answers)
+		index := first.Index
+		for {
+			req := &structs.NodeClientAllocsRequest{NodeID: quiet.ID, SecretID: quiet.SecretID}
+			req.MinQueryIndex, req.MaxQueryTime = index, 30*time.Second
+			var resp structs.NodeClientAllocsResponse
+			if err := s.RPC("Node.GetClientAllocs", req, &resp); err != nil {
+				return
+			}
+			answers <- answer{resp.Index, resp.Allocs}
+			if resp.Index == index {
+				return // timed out: the test is over
+			}
+			index = resp.Index
+			if len(resp.Allocs) == 1 && resp.Allocs[0].ClientDescription == "changed" {
+				return
+			}
+		}
+	}()
+
+	// The other node's allocation changes many times.
+	const busyWrites = 20
+	for i := range busyWrites {
+		a := busyAlloc.Copy()
+		a.ClientDescription = fmt.Sprintf("report %d", i)
+		write(a)
+	}
+	// Then the quiet node's own.
+	changed := quietAlloc.Copy()
+	changed.ClientDescription = "changed"
+	own := write(changed)
+
+	var got []answer
+	for a := range answers {
+		got = append(got, a)
+	}
+	must.Len(t, 1, got, must.Sprintf("the quiet node's poll answered %d times for %d writes to another node and one to its own", len(got), busyWrites))
+	must.Eq(t, own, got[0].index)
+	must.Eq(t, "changed", got[0].allocs[0].ClientDescription)
+
+	// A node without allocations is answered with the table's index.
+	empty := registerNode(t, s, "dev")
+	var none structs.NodeClientAllocsResponse
+	must.NoError(t, s.RPC("Node.GetClientAllocs", &structs.NodeClientAllocsRequest{NodeID: empty.ID, SecretID: empty.SecretID}, &none))
+	must.Len(t, 0, none.Allocs)
+	must.GreaterEq(t, own, none.Index)
 }
