@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -44,22 +45,50 @@ func (c *ProcessCluster) dumpStuck(t testing.TB, s *process, done <-chan struct{
 		log = log[i:]
 	}
 	blocks := stuckGoroutines(log)
-	t.Logf("e2e: %s's goroutines of volplane and Raft after SIGQUIT (%d; the whole dump is in %s):\n%s",
+	t.Logf("e2e: %s's goroutines of volplane and Raft after SIGQUIT (%d stacks; the whole dump is in %s):\n%s",
 		s.name, len(blocks), s.logPath, strings.Join(blocks, "\n\n"))
 }
 
-// stuckGoroutines returns the goroutine blocks of a Go runtime dump whose
-// stacks pass through volplane or hashicorp/raft.
+// stuckGoroutines returns the goroutines of a Go runtime dump whose
+// stacks pass through volplane or hashicorp/raft, compacted: each as its
+// state and its functions outside the runtime (no files, no arguments),
+// goroutines with the same stack counted once.
 func stuckGoroutines(dump string) []string {
-	var out []string
+	count := map[string]int{}
+	var order []string
 	for _, block := range strings.Split(dump, "\n\n") {
 		block = strings.TrimSpace(block)
 		if !strings.HasPrefix(block, "goroutine ") {
 			continue
 		}
-		if strings.Contains(block, "volplane/volplane/") || strings.Contains(block, "hashicorp/raft") {
-			out = append(out, block)
+		if !strings.Contains(block, "volplane/volplane/") && !strings.Contains(block, "hashicorp/raft") {
+			continue
 		}
+		lines := strings.Split(block, "\n")
+		// "goroutine 7 gp=... m=nil [chan receive, 2 minutes]:"
+		state := lines[0]
+		if i := strings.Index(state, "["); i >= 0 {
+			state = strings.TrimSuffix(state[i:], ":")
+		}
+		stack := []string{state}
+		for _, l := range lines[1:] {
+			if strings.HasPrefix(l, "\t") || strings.HasPrefix(l, "runtime.") || strings.HasPrefix(l, "created by runtime") {
+				continue
+			}
+			if i := strings.LastIndex(l, "("); i > 0 && !strings.HasPrefix(l, "created by") {
+				l = l[:i]
+			}
+			stack = append(stack, "  "+l)
+		}
+		key := strings.Join(stack, "\n")
+		if count[key] == 0 {
+			order = append(order, key)
+		}
+		count[key]++
+	}
+	out := make([]string, len(order))
+	for i, key := range order {
+		out[i] = fmt.Sprintf("%d x %s", count[key], key)
 	}
 	return out
 }
