@@ -1,6 +1,8 @@
 package server
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -95,5 +97,44 @@ func TestForward_PausedLeader(t *testing.T) {
 			}
 			return v.ModifyIndex == applied && v.CreateIndex == vr.resp.Index, nil
 		})
+	}
+}
+
+// TestForward_ShutdownDuringForwardedWrite: a server that shuts down while
+// a write it forwarded is in flight to the leader gives the call up. The
+// leader may still apply it, so the answer must say the outcome is
+// unknown, never "no leader", which says nothing was applied (and which a
+// client may take as leave to write something else in its place).
+func TestForward_ShutdownDuringForwardedWrite(t *testing.T) {
+	servers := TestCluster(t, 3, func(i int, c *Config) { c.pausable = true })
+	leader := WaitForLeader(t, servers...)
+	f := followers(servers, leader)[0]
+	registerNode(t, f, "dev")
+	registerVolume(t, f, namedVolume("warm"))
+
+	leader.pause()
+	defer leader.resume()
+	done := make(chan error, 1)
+	go func() {
+		done <- f.RPC("CSIVolume.Register", &structs.CSIVolumeRegisterRequest{
+			Volumes: []*structs.CSIVolume{namedVolume("in-flight")}}, &structs.CSIVolumeRegisterResponse{})
+	}()
+	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
+		f.leaders.mu.Lock()
+		defer f.leaders.mu.Unlock()
+		if len(f.leaders.inflight) == 0 {
+			return false, fmt.Errorf("no call forwarded to the leader yet")
+		}
+		return true, nil
+	})
+	must.NoError(t, f.Shutdown())
+
+	select {
+	case err := <-done:
+		must.Error(t, err)
+		must.False(t, errors.Is(err, structs.ErrNoLeader), must.Sprintf("answered %q", err))
+		must.StrContains(t, err.Error(), "may or may not have been applied")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the forwarded write never returned")
 	}
 }

@@ -46,6 +46,10 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 		return false, nil
 	}
 	deadline := time.Now().Add(s.config.RPCHoldTimeout)
+	// unsettled is the failure of an attempt of a write that may have been
+	// applied (an idempotent write, sent again): if no leader answers
+	// after it, the write's outcome is unknown, not "no leader".
+	var unsettled error
 	for attempt := 0; ; attempt++ {
 		// Taken before the leader is read, so a change in between is not
 		// missed by holdWait.
@@ -70,21 +74,43 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 				if err := leaderMovedAnswer(method, info, err); err != nil {
 					return true, err
 				}
+				if !info.IsRead() {
+					unsettled = err
+				}
 				// changed is closed by now: holdWait does not wait.
 				s.logger.Debug("leader changed during a forwarded call; sending it to the new leader", "method", method, "old_leader", addr)
 			case err == nil || !s.canRetryForward(method, info, err):
 				return true, err
 			default:
+				if !info.IsRead() && !structs.IsRetryable(err) && !isDialError(err) {
+					unsettled = err
+				}
 				s.logger.Debug("forward to leader failed; retrying", "method", method, "leader", addr, "error", err)
 			}
 		}
-		if time.Now().After(deadline) {
-			return true, structs.ErrNoLeader
-		}
-		if !s.holdWait(attempt, changed) {
-			return true, structs.ErrNoLeader
+		if time.Now().After(deadline) || !s.holdWait(attempt, changed) {
+			return true, noLeaderAnswer(unsettled)
 		}
 	}
+}
+
+// noLeaderAnswer is what a forwarded request that found no leader to
+// answer it comes to: "no leader", which says nothing was applied, unless
+// an earlier attempt of the write failed in a way that may have left it
+// applied (the leader's connection broke, or another leader was elected,
+// after the write was sent).
+func noLeaderAnswer(unsettled error) error {
+	if unsettled == nil {
+		return structs.ErrNoLeader
+	}
+	return &structs.Error{Code: structs.ErrCodeInternal, Cause: unsettled,
+		Message: "no cluster leader answered after an attempt of the write failed in flight: the write may or may not have been applied"}
+}
+
+// isDialError is whether err is a failure to connect, which sent nothing.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // canRetryForward is whether a forwarded request that failed may be sent
@@ -95,8 +121,7 @@ func (s *Server) canRetryForward(method string, info structs.RPCInfo, err error)
 	if structs.IsRetryable(err) {
 		return true
 	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
+	if isDialError(err) {
 		return true
 	}
 	return (info.IsRead() || idempotentWrites[method]) && rpc.IsConnError(err)
