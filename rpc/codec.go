@@ -315,6 +315,20 @@ type connError struct{ err error }
 func (e *connError) Error() string { return "rpc connection error: " + e.err.Error() }
 func (e *connError) Unwrap() error { return e.err }
 
+// unsentError marks a call that failed before any of its request was
+// written: the other side ran nothing.
+type unsentError struct{ error }
+
+func (e unsentError) Unwrap() error { return e.error }
+
+// NotSent reports whether err comes from a call that failed before any of
+// its request was written (a cancelled context, a closed pool, a failed
+// dial, handshake or stream open), so that it cannot have run.
+func NotSent(err error) bool {
+	var u unsentError
+	return errors.As(err, &u)
+}
+
 func connErr(err error) error {
 	var ce *connError
 	if errors.As(err, &ce) {

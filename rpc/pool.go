@@ -142,16 +142,17 @@ func (p *ConnPool) RPC(addr string, method string, args, reply any) error {
 
 // RPCContext is RPC that also ends when ctx is cancelled: the call's stream
 // is closed at once (the server may still have read the request), and the
-// error is a connection error whose chain holds ctx's error. A forwarding
+// error is a connection error whose chain holds ctx's error. A failure
+// before the request was written is also NotSent. A forwarding
 // server uses it to give up on a leader that stopped answering once
 // another leader is known.
 func (p *ConnPool) RPCContext(ctx context.Context, addr string, method string, args, reply any) error {
 	if err := ctx.Err(); err != nil {
-		return connErr(err)
+		return unsentError{connErr(err)}
 	}
 	c, err := p.acquire(addr)
 	if err != nil {
-		return err
+		return unsentError{err}
 	}
 	defer p.release(c)
 
@@ -160,7 +161,7 @@ func (p *ConnPool) RPCContext(ctx context.Context, addr string, method string, a
 		stream, err := c.sess.Open()
 		if err != nil {
 			p.drop(c)
-			return connErr(err)
+			return unsentError{connErr(err)}
 		}
 		st = &openStream{stream: stream, cc: NewClientCodec(stream)}
 	}

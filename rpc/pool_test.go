@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"context"
 	"fmt"
 	"net"
 	netrpc "net/rpc"
@@ -109,7 +110,13 @@ func TestPool_DialFailure(t *testing.T) {
 	p := newTestPool(t, PoolConfig{DialTimeout: 2 * time.Second})
 	err = p.RPC(addr, "Test.Echo", &EchoArgs{}, &EchoReply{})
 	must.True(t, IsConnError(err), must.Sprintf("%v", err))
+	must.True(t, NotSent(err), must.Sprint("a failed dial sent nothing"))
 	must.Nil(t, p.session(addr))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = p.RPCContext(ctx, addr, "Test.Echo", &EchoArgs{}, &EchoReply{})
+	must.True(t, IsConnError(err) && NotSent(err), must.Sprintf("a call cancelled before it started: %v", err))
 }
 
 func TestPool_ReapsIdleSessions(t *testing.T) {
@@ -141,6 +148,7 @@ func TestPool_CallTimeoutKeepsSession(t *testing.T) {
 	err := p.RPC(ts.addr, "Test.Block", &EchoArgs{}, &reply)
 	must.True(t, IsConnError(err), must.Sprintf("%v", err))
 	must.True(t, isTimeout(err))
+	must.False(t, NotSent(err), must.Sprint("the request was sent: the server may have run it"))
 
 	must.NoError(t, p.RPC(ts.addr, "Test.Echo", &EchoArgs{Msg: "next"}, &reply))
 	must.True(t, sess == p.session(ts.addr), must.Sprint("the session was replaced"))
@@ -171,6 +179,7 @@ func TestPool_Closed(t *testing.T) {
 
 	err := p.RPC(ts.addr, "Test.Echo", &EchoArgs{}, &EchoReply{})
 	must.True(t, IsConnError(err))
+	must.True(t, NotSent(err))
 	must.ErrorIs(t, err, ErrPoolClosed)
 	must.NoError(t, p.Close())
 }

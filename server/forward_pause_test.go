@@ -3,9 +3,11 @@ package server
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/shoenig/test/must"
 
 	"github.com/volplane/volplane/mock"
@@ -102,31 +104,44 @@ func TestForward_PausedLeader(t *testing.T) {
 
 // TestForward_ShutdownDuringForwardedWrite: a server that shuts down while
 // a write it forwarded is in flight to the leader gives the call up. The
-// leader may still apply it, so the answer must say the outcome is
-// unknown, never "no leader", which says nothing was applied (and which a
-// client may take as leave to write something else in its place).
+// leader still applies it, so the answer must say the outcome is unknown,
+// never "no leader", which says nothing was applied (and which a client
+// may take as leave to write something else in its place).
 func TestForward_ShutdownDuringForwardedWrite(t *testing.T) {
-	servers := TestCluster(t, 3, func(i int, c *Config) { c.pausable = true })
+	machines := make([]*blockingFSM, 3)
+	servers := TestCluster(t, 3, func(i int, c *Config) {
+		machines[i] = newBlockingFSM()
+		c.wrapFSM = func(f raft.BatchingFSM) raft.BatchingFSM {
+			machines[i].BatchingFSM = f
+			return machines[i]
+		}
+	})
+	for _, m := range machines {
+		// Before the servers' shutdown (cleanups run last first).
+		t.Cleanup(m.unblock)
+	}
 	leader := WaitForLeader(t, servers...)
 	f := followers(servers, leader)[0]
 	registerNode(t, f, "dev")
-	registerVolume(t, f, namedVolume("warm"))
 
-	leader.pause()
-	defer leader.resume()
+	// The leader's state machine holds the register's entry: by then the
+	// request reached the leader, which committed it and will apply it.
+	machine := machines[slices.Index(servers, leader)]
+	machine.only = func(l *raft.Log) bool {
+		t := structs.MessageType(l.Data[0])
+		return t == structs.CSIVolumeRegisterRequestType || t == structs.CSIVolumeRegisterBatchRequestType
+	}
+	machine.armed.Store(true)
 	done := make(chan error, 1)
 	go func() {
 		done <- f.RPC("CSIVolume.Register", &structs.CSIVolumeRegisterRequest{
 			Volumes: []*structs.CSIVolume{namedVolume("in-flight")}}, &structs.CSIVolumeRegisterResponse{})
 	}()
-	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
-		f.leaders.mu.Lock()
-		defer f.leaders.mu.Unlock()
-		if len(f.leaders.inflight) == 0 {
-			return false, fmt.Errorf("no call forwarded to the leader yet")
-		}
-		return true, nil
-	})
+	select {
+	case <-machine.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the register never reached the leader's state machine")
+	}
 	must.NoError(t, f.Shutdown())
 
 	select {
@@ -137,4 +152,29 @@ func TestForward_ShutdownDuringForwardedWrite(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the forwarded write never returned")
 	}
+	// And it was applied.
+	machine.unblock()
+	testutil.WaitForResult(t, 30*time.Second, func() (bool, error) {
+		if v := getVolume(t, leader, "in-flight", false); v == nil {
+			return false, fmt.Errorf("volume in-flight not registered")
+		}
+		return true, nil
+	})
+}
+
+// TestForward_ShuttingDownSendsNothing: once a server has begun shutting
+// down, a write that reaches it is not sent to the leader; nothing was
+// applied, and the answer says so ("no leader", which may be sent again).
+func TestForward_ShuttingDownSendsNothing(t *testing.T) {
+	servers := TestCluster(t, 3, nil)
+	leader := WaitForLeader(t, servers...)
+	f := followers(servers, leader)[0]
+	registerNode(t, f, "dev")
+
+	// The first step of Shutdown; Raft still knows the leader.
+	f.shutdownCancel()
+	err := f.RPC("CSIVolume.Register", &structs.CSIVolumeRegisterRequest{
+		Volumes: []*structs.CSIVolume{namedVolume("never-sent")}}, &structs.CSIVolumeRegisterResponse{})
+	must.ErrorIs(t, err, structs.ErrNoLeader)
+	must.Nil(t, getVolume(t, leader, "never-sent", false))
 }
