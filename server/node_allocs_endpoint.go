@@ -26,16 +26,20 @@ func (e *Node) GetClientAllocs(args *structs.NodeClientAllocsRequest, reply *str
 		}
 		reply.Allocs = []*structs.Allocation{}
 		reply.Jobs = map[string]*structs.Job{}
-		// The answer's index is the latest write to what it holds, the
-		// node's allocations and their jobs, as Nomad's is: a write
-		// elsewhere in the cluster neither wakes the query nor moves the
-		// index, so a client's long poll answers only when something of
-		// its own changed. (The tables' indexes answered every node's
-		// poll, each with all its allocations, on every allocation
-		// write.) Allocations are never removed from the state, so the
-		// index never misses one that went away; and an answer from a
-		// server that lacks an allocation has an index below that
-		// allocation's, as the client's check of forgotten ones needs.
+		// The answer's index is the latest write to the node's
+		// allocations, as Nomad's (its AllocModifyIndex maximum): a write
+		// elsewhere in the cluster does not move it, so a client's long
+		// poll answers only when an allocation of its own changed. (The
+		// allocations table's index answered every node's poll, each with
+		// all its allocations, on every allocation write.) Allocations are
+		// never removed from the state, so the index never goes back, and
+		// an answer from a server that lacks an allocation has an index
+		// below that allocation's, as the client's check of forgotten
+		// allocations needs. The jobs are read without being watched: a
+		// job's own writes (its status follows every allocation of it, on
+		// every node) are nothing the node acts on, and an allocation
+		// placed or stopped for a new version of its job is a write of
+		// the allocation.
 		var index uint64
 		for _, a := range allocs {
 			reply.Allocs = append(reply.Allocs, a)
@@ -44,12 +48,11 @@ func (e *Node) GetClientAllocs(args *structs.NodeClientAllocsRequest, reply *str
 			if _, ok := reply.Jobs[key]; ok {
 				continue
 			}
-			job, err := st.JobByID(ws, a.Namespace, a.JobID)
+			job, err := st.JobByID(nil, a.Namespace, a.JobID)
 			if err != nil {
 				return 0, err
 			}
 			if job != nil {
-				index = max(index, job.ModifyIndex)
 				// The node mounts its volumes with the requests' flags,
 				// which the state keeps sealed.
 				if job, err = e.srv.openJob(job); err != nil {
@@ -58,13 +61,21 @@ func (e *Node) GetClientAllocs(args *structs.NodeClientAllocsRequest, reply *str
 				reply.Jobs[key] = job
 			}
 		}
-		if len(allocs) == 0 {
-			// None yet: the allocations table's index, read without
-			// watching the table (the node's own index above wakes the
-			// query when its first allocation comes).
-			return st.IndexWatch(nil, state.TableAllocs)
+		if len(allocs) > 0 {
+			return index, nil
 		}
-		return index, nil
+		// None yet: the node's own index. Its first allocation, a later
+		// write, is above it; and the watch of a node without allocations
+		// is a wider part of the allocations' tree, which writes to other
+		// nodes wake without moving this index.
+		node, err := st.NodeByID(nil, args.NodeID)
+		if err != nil {
+			return 0, err
+		}
+		if node == nil {
+			return st.IndexWatch(nil, state.TableNodes)
+		}
+		return node.ModifyIndex, nil
 	})
 }
 

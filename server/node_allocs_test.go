@@ -94,79 +94,82 @@ func TestNode_GetClientAllocsAndUpdateAlloc(t *testing.T) {
 // TestNode_GetClientAllocsAnswersOnlyItsOwnChanges: a node's long poll
 // answers when its own allocations change, not on every allocation write
 // in the cluster (which answered every node, each with all its
-// allocations, for each write).
+// allocations, for each write), whether it has allocations or none yet.
 func TestNode_GetClientAllocsAnswersOnlyItsOwnChanges(t *testing.T) {
 	t.Parallel()
 	s := TestServer(t, nil)
 	WaitForLeader(t, s)
-	busy, quiet := registerNode(t, s, "dev"), registerNode(t, s, "dev")
-	allocOn := func(node *structs.Node) *structs.Allocation {
-		return &structs.Allocation{ID: mock.UniqueID("alloc"), Namespace: "default", Name: "j.g[0]", JobID: "j",
-			NodeID: node.ID, DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning}
+	// IDs that share no first character: the allocations' node index then
+	// has no branch on the empty node's way, whose watch is its root,
+	// which every allocation write wakes.
+	withID := func(id string) *structs.Node {
+		node := mock.Node("dev")
+		node.ID = id
+		must.NoError(t, s.RPC("Node.Register", &structs.NodeRegisterRequest{Node: node}, &structs.NodeUpdateResponse{}))
+		return node
 	}
-	busyAlloc, quietAlloc := allocOn(busy), allocOn(quiet)
+	busy := withID("b0000000-0000-4000-8000-000000000001")
+	quiet := withID("c0000000-0000-4000-8000-000000000002")
+	empty := withID("e0000000-0000-4000-8000-000000000003")
+	allocOn := func(node *structs.Node, i int) *structs.Allocation {
+		return &structs.Allocation{ID: mock.UniqueID("alloc"), Namespace: "default", Name: fmt.Sprintf("j.g[%d]", i),
+			JobID: "j", TaskGroup: "g", NodeID: node.ID,
+			DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning}
+	}
 	write := func(a *structs.Allocation) uint64 {
 		idx, _ := s.State().LatestIndex()
 		must.NoError(t, s.State().UpsertAllocs(idx+1, []*structs.Allocation{a}))
 		return idx + 1
 	}
+	busyAlloc, quietAlloc := allocOn(busy, 0), allocOn(quiet, 1)
 	write(busyAlloc)
 	write(quietAlloc)
 
-	// The quiet node polls as a client agent does, counting its answers.
-	type answer struct {
-		index  uint64
-		allocs []*structs.Allocation
+	// The quiet and the empty node poll as a client agent does, each
+	// until it sees what the test writes for it last, counting answers.
+	poll := func(node *structs.Node, last func(*structs.NodeClientAllocsResponse) bool) <-chan []uint64 {
+		var first structs.NodeClientAllocsResponse
+		must.NoError(t, s.RPC("Node.GetClientAllocs", &structs.NodeClientAllocsRequest{NodeID: node.ID, SecretID: node.SecretID}, &first))
+		out := make(chan []uint64, 1)
+		go func() {
+			var answers []uint64
+			defer func() { out <- answers }()
+			index := first.Index
+			for {
+				req := &structs.NodeClientAllocsRequest{NodeID: node.ID, SecretID: node.SecretID}
+				req.MinQueryIndex, req.MaxQueryTime = index, 30*time.Second
+				var resp structs.NodeClientAllocsResponse
+				if err := s.RPC("Node.GetClientAllocs", req, &resp); err != nil || resp.Index == index {
+					return // failed, or timed out
+				}
+				answers = append(answers, resp.Index)
+				if index = resp.Index; last(&resp) {
+					return
+				}
+			}
+		}()
+		return out
 	}
-	answers := make(chan answer, 64)
-	var first structs.NodeClientAllocsResponse
-	must.NoError(t, s.RPC("Node.GetClientAllocs", &structs.NodeClientAllocsRequest{NodeID: quiet.ID, SecretID: quiet.SecretID}, &first))
-	must.Len(t, 1, first.Allocs)
-	go func() {
-		defer close(answers)
-		index := first.Index
-		for {
-			req := &structs.NodeClientAllocsRequest{NodeID: quiet.ID, SecretID: quiet.SecretID}
-			req.MinQueryIndex, req.MaxQueryTime = index, 30*time.Second
-			var resp structs.NodeClientAllocsResponse
-			if err := s.RPC("Node.GetClientAllocs", req, &resp); err != nil {
-				return
-			}
-			answers <- answer{resp.Index, resp.Allocs}
-			if resp.Index == index {
-				return // timed out: the test is over
-			}
-			index = resp.Index
-			if len(resp.Allocs) == 1 && resp.Allocs[0].ClientDescription == "changed" {
-				return
-			}
-		}
-	}()
+	quietDone := poll(quiet, func(r *structs.NodeClientAllocsResponse) bool {
+		return len(r.Allocs) == 1 && r.Allocs[0].ClientDescription == "changed"
+	})
+	emptyDone := poll(empty, func(r *structs.NodeClientAllocsResponse) bool { return len(r.Allocs) == 1 })
 
-	// The other node's allocation changes many times.
+	// The busy node's allocation changes many times.
 	const busyWrites = 20
 	for i := range busyWrites {
 		a := busyAlloc.Copy()
 		a.ClientDescription = fmt.Sprintf("report %d", i)
 		write(a)
 	}
-	// Then the quiet node's own.
+	// Then the quiet node's own allocation, and the empty node's first.
 	changed := quietAlloc.Copy()
 	changed.ClientDescription = "changed"
 	own := write(changed)
+	first := write(allocOn(empty, 2))
 
-	var got []answer
-	for a := range answers {
-		got = append(got, a)
-	}
-	must.Len(t, 1, got, must.Sprintf("the quiet node's poll answered %d times for %d writes to another node and one to its own", len(got), busyWrites))
-	must.Eq(t, own, got[0].index)
-	must.Eq(t, "changed", got[0].allocs[0].ClientDescription)
-
-	// A node without allocations is answered with the table's index.
-	empty := registerNode(t, s, "dev")
-	var none structs.NodeClientAllocsResponse
-	must.NoError(t, s.RPC("Node.GetClientAllocs", &structs.NodeClientAllocsRequest{NodeID: empty.ID, SecretID: empty.SecretID}, &none))
-	must.Len(t, 0, none.Allocs)
-	must.GreaterEq(t, own, none.Index)
+	got := <-quietDone
+	must.Eq(t, []uint64{own}, got, must.Sprintf("the quiet node's poll answered at %v for %d writes to another node and one to its own", got, busyWrites))
+	got = <-emptyDone
+	must.Eq(t, []uint64{first}, got, must.Sprintf("the empty node's poll answered at %v for %d writes to another node and its first allocation", got, busyWrites))
 }
