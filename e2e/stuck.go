@@ -70,12 +70,22 @@ func stuckGoroutines(dump string) []string {
 		if i := strings.Index(state, "["); i >= 0 {
 			state = strings.TrimSuffix(state[i:], ":")
 		}
+		// "[select, 2 minutes]": the wait's length would split stacks.
+		if i := strings.Index(state, ","); i >= 0 {
+			state = state[:i] + "]"
+		}
 		stack := []string{state}
 		for _, l := range lines[1:] {
 			if strings.HasPrefix(l, "\t") || strings.HasPrefix(l, "runtime.") || strings.HasPrefix(l, "created by runtime") {
 				continue
 			}
-			if i := strings.LastIndex(l, "("); i > 0 && !strings.HasPrefix(l, "created by") {
+			if strings.HasPrefix(l, "created by") {
+				// "created by f in goroutine 7": the creator's number
+				// would split stacks.
+				if i := strings.Index(l, " in goroutine "); i > 0 {
+					l = l[:i]
+				}
+			} else if i := strings.LastIndex(l, "("); i > 0 {
 				l = l[:i]
 			}
 			stack = append(stack, "  "+l)

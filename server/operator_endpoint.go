@@ -78,8 +78,8 @@ func (e *Operator) RaftRemovePeer(args *structs.RaftPeerRequest, reply *structs.
 	}
 	e.srv.members.forget(string(target.ID))
 	rf := e.srv.raft.RemoveServer(target.ID, 0, 0)
-	if err := e.srv.waitFuture(rf); err != nil {
-		return raftError(err)
+	if err := e.srv.waitIndexed(rf); err != nil {
+		return err
 	}
 	e.srv.logger.Info("removed raft peer", "id", target.ID, "address", target.Address)
 	reply.Index = rf.Index()

@@ -9,10 +9,15 @@ import (
 	"github.com/volplane/volplane/structs"
 )
 
-// stoppedFutureGrace is how long a wait for a Raft future goes on once Raft
-// has shut down: a future Raft answered is answered by then, and only the
+// stoppedFutureGrace is how long after Raft has shut down the waits for its
+// futures end, all at once (a caller that waits on many in turn does not
+// wait for each): a future Raft answered is answered by then, and only the
 // goroutine that reads it has to run.
 const stoppedFutureGrace = time.Second
+
+// stoppedFutureMin is the least a wait that begins after that grace gives
+// the goroutine that reads an answered future.
+const stoppedFutureMin = 20 * time.Millisecond
 
 // errRaftStopped answers a future that Raft left unanswered when it shut
 // down.
@@ -37,7 +42,7 @@ func (s *Server) waitFuture(f raft.Future) error {
 		return err
 	case <-s.raftStopped:
 	}
-	t := time.NewTimer(stoppedFutureGrace)
+	t := time.NewTimer(max(time.Until(s.raftStoppedAt.Add(stoppedFutureGrace)), stoppedFutureMin))
 	defer t.Stop()
 	select {
 	case err := <-answer:
@@ -48,19 +53,29 @@ func (s *Server) waitFuture(f raft.Future) error {
 	}
 }
 
+// waitIndexed waits for a future of a log entry (an apply, a configuration
+// change) and returns its error as raftError maps it, except that "raft is
+// shut down" for an entry Raft had given an index is errRaftStopped's: Raft
+// gives an entry its index as it writes it to its log, so this one was
+// written, perhaps committed, and only its answer was lost to the shutdown
+// (an entry refused before that has none). Another leader may apply it, so
+// it must not be taken as "no leader", which a forwarder sends again.
+func (s *Server) waitIndexed(f raft.IndexFuture) error {
+	err := s.waitFuture(f)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, raft.ErrRaftShutdown) && f.Index() != 0 {
+		err = errRaftStopped
+	}
+	return raftError(err)
+}
+
 // applyResult waits for an apply and returns its FSM response and index,
 // a response that is an error as the error.
 func (s *Server) applyResult(f raft.ApplyFuture) (any, uint64, error) {
-	if err := s.waitFuture(f); err != nil {
-		if errors.Is(err, raft.ErrRaftShutdown) && f.Index() != 0 {
-			// Raft gives an entry its index as it writes it to its log:
-			// this one was written, perhaps committed, and only its
-			// answer was lost to the shutdown (an entry refused before
-			// that has none). Another leader may apply it, so it must not
-			// be taken as "no leader", which a forwarder sends again.
-			err = errRaftStopped
-		}
-		return nil, 0, raftError(err)
+	if err := s.waitIndexed(f); err != nil {
+		return nil, 0, err
 	}
 	if e, ok := f.Response().(error); ok && e != nil {
 		return nil, f.Index(), e

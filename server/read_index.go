@@ -274,6 +274,10 @@ func (v *leaderVerifier) verify(ctx context.Context, r *raft.Raft, term any, lea
 			} else {
 				err = f.Error()
 			}
+			if errors.Is(err, errRaftStopped) {
+				// Shut down before it answered: this server leads no more.
+				err = raft.ErrRaftShutdown
+			}
 			if err != nil {
 				err = raftError(err)
 				if !errors.Is(err, structs.ErrNoLeader) {

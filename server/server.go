@@ -94,10 +94,12 @@ type Server struct {
 
 	shutdownCtx    context.Context
 	shutdownCancel context.CancelFunc
-	// raftStopped is closed once Raft has shut down (see waitFuture).
-	raftStopped  chan struct{}
-	shutdownOnce sync.Once
-	wg           sync.WaitGroup
+	// raftStopped is closed once Raft has shut down, at raftStoppedAt
+	// (see waitFuture).
+	raftStopped   chan struct{}
+	raftStoppedAt time.Time
+	shutdownOnce  sync.Once
+	wg            sync.WaitGroup
 }
 
 // NewServer starts a server agent: it binds its listeners, opens or creates
@@ -381,6 +383,7 @@ func (s *Server) Shutdown() error {
 			}
 			waited("raft")
 		}
+		s.raftStoppedAt = time.Now()
 		close(s.raftStopped)
 		if s.raftTransport != nil {
 			// The pooled streams and the handlers' contexts, then the
