@@ -82,7 +82,8 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 			case err == nil || !s.canRetryForward(method, info, err):
 				return true, err
 			default:
-				if !info.IsRead() && !structs.IsRetryable(err) && !isDialError(err) && !rpc.NotSent(err) {
+				// A failed dial is NotSent too (the pool's).
+				if !info.IsRead() && !structs.IsRetryable(err) && !rpc.NotSent(err) {
 					unsettled = err
 				}
 				s.logger.Debug("forward to leader failed; retrying", "method", method, "leader", addr, "error", err)

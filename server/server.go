@@ -359,7 +359,7 @@ func (s *Server) Shutdown() error {
 		start := time.Now()
 		// Each step that waits says so when it took long, so that a slow
 		// shutdown names what held it.
-		step := time.Now()
+		step := start
 		waited := func(what string) {
 			if d := time.Since(step); d >= slowShutdownStep {
 				s.logger.Warn("shutdown: slow step", "step", what, "took", d)
