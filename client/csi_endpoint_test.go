@@ -309,6 +309,10 @@ func TestClientCSI_ControllerCallsOnAVolumeDoNotOverlap(t *testing.T) {
 	leave() // the old leader goes
 	must.Error(t, <-first)
 	must.NoError(t, <-second)
-	calls := h.calls(t, csi.MethodControllerUnpublishVolume)
-	must.Len(t, 2, calls, must.Sprint("the hung call, then the next leader's"))
+	// The plugin logs the hung call when its handler sees the cancel, which
+	// reaches it after the client gave the call up.
+	testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
+		calls := h.calls(t, csi.MethodControllerUnpublishVolume)
+		return len(calls) == 2, fmt.Errorf("the plugin logged %d ControllerUnpublishVolume calls, want 2: the hung call, then the next leader's", len(calls))
+	})
 }
