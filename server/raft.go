@@ -81,6 +81,13 @@ func (s *Server) setupRaft() error {
 	conf := *s.config.RaftConfig
 	conf.LocalID = raft.ServerID(s.nodeID)
 	conf.Logger = s.config.Logger.Named("raft")
+	// A leader that commits its own removal (remove-peer naming it) steps
+	// down and keeps its Raft, as Nomad's servers do: the server is still
+	// running, its join loop asks to be added again, and it follows once
+	// it is. Raft's default stops Raft for good, leaving a process that
+	// answers nothing, and that the leader would add back as a voter that
+	// never votes.
+	conf.ShutdownOnRemove = false
 	// Leadership changes arrive here; the buffer lets raft never block on us.
 	notify := make(chan bool, 10)
 	conf.NotifyCh = notify
