@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/volplane/volplane/rpc"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -152,10 +153,11 @@ func (s *Server) forwardTo(addr, method string, args, reply any) error {
 }
 
 // leaderMovedAnswer is what a forwarded call given up comes to: nil to
-// send it again to the new leader (a read, an idempotent write), or the
-// error for the caller.
+// send it again to the new leader (a read, an idempotent write, or any
+// write given up before its request was written), or the error for the
+// caller.
 func leaderMovedAnswer(method string, info structs.RPCInfo, err error) error {
-	if info.IsRead() || idempotentWrites[method] {
+	if info.IsRead() || idempotentWrites[method] || rpc.NotSent(err) {
 		return nil
 	}
 	return &structs.Error{Code: structs.ErrCodeInternal, Cause: err,

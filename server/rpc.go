@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"net"
 	"time"
 
 	"github.com/hashicorp/go-memdb"
@@ -74,7 +73,7 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 				if err := leaderMovedAnswer(method, info, err); err != nil {
 					return true, err
 				}
-				if !info.IsRead() {
+				if !info.IsRead() && !rpc.NotSent(err) {
 					unsettled = err
 				}
 				// changed is closed by now: holdWait does not wait.
@@ -82,7 +81,6 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 			case err == nil || !s.canRetryForward(method, info, err):
 				return true, err
 			default:
-				// A failed dial is NotSent too (the pool's).
 				if !info.IsRead() && !structs.IsRetryable(err) && !rpc.NotSent(err) {
 					unsettled = err
 				}
@@ -108,21 +106,14 @@ func noLeaderAnswer(unsettled error) error {
 		Message: "no cluster leader answered after an attempt of the write failed in flight: the write may or may not have been applied"}
 }
 
-// isDialError is whether err is a failure to connect, which sent nothing.
-func isDialError(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
 // canRetryForward is whether a forwarded request that failed may be sent
-// again: only when nothing can have been committed (the leader answered "no
-// leader", or the connection was never made), or the request is a read or
-// an idempotent write (see idempotentWrites) whose connection broke.
+// again: when nothing can have been committed (the leader answered "no
+// leader", or the call failed before any of the request was written: a
+// failed dial, handshake or stream open, which the pool marks NotSent), or
+// the request is a read or an idempotent write (see idempotentWrites)
+// whose connection broke.
 func (s *Server) canRetryForward(method string, info structs.RPCInfo, err error) bool {
-	if structs.IsRetryable(err) {
-		return true
-	}
-	if isDialError(err) {
+	if structs.IsRetryable(err) || rpc.NotSent(err) {
 		return true
 	}
 	return (info.IsRead() || idempotentWrites[method]) && rpc.IsConnError(err)
