@@ -42,6 +42,10 @@ const (
 	// DefaultHandshakeTimeout bounds the wait for a connection's first byte.
 	DefaultHandshakeTimeout = 5 * time.Second
 
+	// DefaultMuxCloseTimeout bounds Mux.Close's wait for the handlers of
+	// the connections it closed.
+	DefaultMuxCloseTimeout = 5 * time.Second
+
 	// DefaultDialTimeout bounds a pool's TCP dial.
 	DefaultDialTimeout = 10 * time.Second
 

@@ -3,9 +3,11 @@ package rpc
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-connlimit"
@@ -65,6 +67,9 @@ type MuxConfig struct {
 	// MaxStreamsPerSession bounds the streams of one yamux session served
 	// at once (default DefaultMaxStreamsPerSession).
 	MaxStreamsPerSession int
+	// CloseTimeout bounds Close's wait for the handlers still serving the
+	// connections it closed (default DefaultMuxCloseTimeout).
+	CloseTimeout time.Duration
 	// Refused, if set, is told each time a connection is refused, with a
 	// short reason ("conn_limit", "plaintext", "tls_handshake",
 	// "protocol"), for metrics.
@@ -84,7 +89,10 @@ type Mux struct {
 	limiter    *connlimit.Limiter
 	maxStreams int
 	refused    func(string)
+	closeWait  time.Duration
 
+	// running counts the goroutines Close waits for (wg's count).
+	running   atomic.Int64
 	mu        sync.Mutex
 	closed    bool
 	closeCh   chan struct{}
@@ -113,7 +121,12 @@ func NewMux(cfg MuxConfig) *Mux {
 	if refused == nil {
 		refused = func(string) {}
 	}
+	closeWait := cfg.CloseTimeout
+	if closeWait <= 0 {
+		closeWait = DefaultMuxCloseTimeout
+	}
 	return &Mux{
+		closeWait:  closeWait,
 		handlers:   cfg.Handlers,
 		logger:     logger,
 		handshake:  handshake,
@@ -155,8 +168,10 @@ func (m *Mux) goTracked(fn func()) bool {
 		return false
 	}
 	m.wg.Add(1)
+	m.running.Add(1)
 	go func() {
 		defer m.wg.Done()
+		defer m.running.Add(-1)
 		fn()
 	}()
 	return true
@@ -174,11 +189,13 @@ func (m *Mux) Serve(ln net.Listener) error {
 	}
 	m.listeners[ln] = struct{}{}
 	m.wg.Add(1)
+	m.running.Add(1)
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
 		delete(m.listeners, ln)
 		m.mu.Unlock()
+		m.running.Add(-1)
 		m.wg.Done()
 	}()
 
@@ -430,10 +447,12 @@ func (m *Mux) serveSession(conn net.Conn, peer Peer) {
 }
 
 // Close stops every Serve, closes every live connection and session, and
-// waits for all the Mux's goroutines. A connection whose Raft handler has
-// returned is not closed: it belongs to the Raft layer. RPC handlers must return
-// once their connection is closed; net/rpc's ServeCodec also waits for the
-// endpoint calls in flight on that connection.
+// waits for all the Mux's goroutines, CloseTimeout at most: then it logs
+// how many still run and returns an error, leaving them. A connection whose
+// Raft handler has returned is not closed: it belongs to the Raft layer. RPC
+// handlers must return once their connection is closed; net/rpc's
+// ServeCodec also waits for the endpoint calls in flight on that
+// connection.
 func (m *Mux) Close() error {
 	m.mu.Lock()
 	if !m.closed {
@@ -455,6 +474,22 @@ func (m *Mux) Close() error {
 	for _, c := range closers {
 		c.Close()
 	}
-	m.wg.Wait()
-	return nil
+	// A handler ends once its connection is closed, or once its call
+	// returns (net/rpc waits for the calls in flight): a call that never
+	// returns must not hold the process's shutdown forever.
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(m.closeWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		n := m.running.Load()
+		m.logger.Warn("closed without waiting for handlers still running", "handlers", n, "waited", m.closeWait)
+		return fmt.Errorf("rpc: %d connection handlers still running %s after close", n, m.closeWait)
+	}
 }

@@ -238,6 +238,32 @@ func TestMux_CloseWaitsAndEndsConnections(t *testing.T) {
 	must.ErrorIs(t, ts.mux.Serve(ln), ErrMuxClosed)
 }
 
+// An endpoint call that never returns holds its connection's ServeCodec,
+// which Close waits for: the wait is bounded, logged and returned as an
+// error, so a stuck handler cannot hold a server's shutdown forever.
+func TestMux_CloseDoesNotWaitForeverForAHandler(t *testing.T) {
+	ts := startServer(t, serverOpts{closeWait: 200 * time.Millisecond})
+	stuck := dialRaw(t, ts.addr, RPCMsgpack)
+	go func() {
+		var r EchoReply
+		_ = Call(NewClientCodec(stuck), "Test.Block", &EchoArgs{Msg: "never answered"}, &r)
+	}()
+	waitFor(t, 5*time.Second, "the blocked call to be running", func() bool {
+		return ts.ep.blocked() > 0
+	})
+
+	start := time.Now()
+	err := ts.mux.Close()
+	took := time.Since(start)
+	must.ErrorContains(t, err, "connection handlers still running 200ms after close")
+	must.Less(t, 5*time.Second, took, must.Sprint("Close waited past its bound"))
+	must.StrContains(t, ts.logs.String(), "closed without waiting for handlers still running")
+
+	// Let go, the handler ends, and a second Close waits for it.
+	ts.unblock()
+	must.NoError(t, ts.mux.Close())
+}
+
 func TestMux_NoHandlers(t *testing.T) {
 	m := NewMux(MuxConfig{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

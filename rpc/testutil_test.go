@@ -120,6 +120,7 @@ type serverOpts struct {
 	requireTLS bool
 	maxConns   int
 	maxStreams int
+	closeWait  time.Duration
 }
 
 // testServer is one mux on a loopback port with the Test endpoint, a Raft
@@ -184,6 +185,7 @@ func startServer(t testing.TB, opts serverOpts) *testServer {
 		RequireTLS:           opts.requireTLS,
 		MaxConnsPerClient:    opts.maxConns,
 		MaxStreamsPerSession: opts.maxStreams,
+		CloseTimeout:         opts.closeWait,
 		Refused: func(reason string) {
 			select {
 			case ts.refused <- reason:
