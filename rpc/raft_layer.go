@@ -14,7 +14,8 @@ import (
 
 // handoffTimeout bounds how long Handoff waits for Accept. raft's transport
 // accepts in a loop, so this is reached only when nobody is accepting; it
-// keeps such a connection from pinning a Mux goroutine (and Mux.Close).
+// keeps such a connection from pinning a Mux goroutine (Mux.Close gives up
+// on those after its own CloseTimeout).
 const handoffTimeout = 10 * time.Second
 
 // RaftLayer is a raft.StreamLayer on the shared RPC port: the Mux hands it

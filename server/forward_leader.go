@@ -27,6 +27,8 @@ import (
 //   - a read;
 //   - a write in idempotentWrites, whose second apply changes nothing and
 //     answers as the first did (a client retrying does the same);
+//   - any write whose call was given up before any of its request was
+//     written (rpc.NotSent), which the old leader never saw;
 //
 // and any other write is answered at once with an error that says it may or
 // may not have been applied, as a leader that loses its leadership while

@@ -38,7 +38,7 @@ func TestCanRetryForward_OnlyWhatCannotHaveRun(t *testing.T) {
 	closedPool.Close()
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	pool := rpc.NewPool(rpc.PoolConfig{DialTimeout: 2 * time.Second, CallTimeout: 200 * time.Millisecond})
+	pool := rpc.NewPool(rpc.PoolConfig{DialTimeout: 2 * time.Second, CallTimeout: 2 * time.Second})
 	defer pool.Close()
 
 	unsent := map[string]error{

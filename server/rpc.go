@@ -49,6 +49,10 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 	// applied (an idempotent write, sent again): if no leader answers
 	// after it, the write's outcome is unknown, not "no leader".
 	var unsettled error
+	// lastErr is the last attempt's failure, logged if no leader answers:
+	// the caller hears only "no leader", and a leader that cannot be
+	// reached at all (a certificate it refuses) must still be told apart.
+	var lastErr error
 	for attempt := 0; ; attempt++ {
 		// Taken before the leader is read, so a change in between is not
 		// missed by holdWait.
@@ -84,10 +88,14 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 				if !info.IsRead() && !structs.IsRetryable(err) && !rpc.NotSent(err) {
 					unsettled = err
 				}
+				lastErr = err
 				s.logger.Debug("forward to leader failed; retrying", "method", method, "leader", addr, "error", err)
 			}
 		}
 		if time.Now().After(deadline) || !s.holdWait(attempt, changed) {
+			if lastErr != nil && s.shutdownCtx.Err() == nil {
+				s.logger.Warn("no leader answered a forwarded request", "method", method, "attempts", attempt+1, "last_error", lastErr)
+			}
 			return true, noLeaderAnswer(unsettled)
 		}
 	}
@@ -108,10 +116,10 @@ func noLeaderAnswer(unsettled error) error {
 
 // canRetryForward is whether a forwarded request that failed may be sent
 // again: when nothing can have been committed (the leader answered "no
-// leader", or the call failed before any of the request was written: a
-// failed dial, handshake or stream open, which the pool marks NotSent), or
-// the request is a read or an idempotent write (see idempotentWrites)
-// whose connection broke.
+// leader", or the call failed before any of the request was written, which
+// the pool marks NotSent: a closed pool, a context cancelled first, a
+// failed dial, handshake or stream open), or the request is a read or an
+// idempotent write (see idempotentWrites) whose connection broke.
 func (s *Server) canRetryForward(method string, info structs.RPCInfo, err error) bool {
 	if structs.IsRetryable(err) || rpc.NotSent(err) {
 		return true

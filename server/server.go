@@ -413,7 +413,11 @@ func (s *Server) Shutdown() error {
 			s.clientFwdPool.Close()
 		}
 		if s.mux != nil {
-			s.mux.Close()
+			// Handlers still running after its bound are left to the
+			// process's exit, and said so.
+			if err := s.mux.Close(); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		// The mux closes only listeners it serves; NewServer may have
 		// failed before serving.

@@ -14,6 +14,7 @@ import (
 type TB interface {
 	Helper()
 	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
 	Log(args ...any)
 	Name() string
 	TempDir() string
@@ -75,7 +76,13 @@ func TestServer(t TB, cb func(*Config)) *Server {
 	if err != nil {
 		t.Fatalf("starting test server: %v", err)
 	}
-	t.Cleanup(func() { s.Shutdown() })
+	t.Cleanup(func() {
+		// A handler that outlived the shutdown would log into a test that
+		// has ended.
+		if err := s.Shutdown(); err != nil {
+			t.Errorf("shutting down test server %s: %v", cfg.NodeName, err)
+		}
+	})
 	return s
 }
 
