@@ -115,13 +115,13 @@ func (m *memberList) all() []structs.ServerMember {
 	return out
 }
 
-// recent returns the members that called us within ttl.
-func (m *memberList) recent(ttl time.Duration) []structs.ServerMember {
+// recent returns the members that called us within ttl and after since.
+func (m *memberList) recent(ttl time.Duration, since time.Time) []structs.ServerMember {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []structs.ServerMember
 	for id, mem := range m.members {
-		if time.Since(m.lastSeen[id]) <= ttl {
+		if seen := m.lastSeen[id]; time.Since(seen) <= ttl && seen.After(since) {
 			out = append(out, mem)
 		}
 	}

@@ -214,8 +214,9 @@ func (s *Server) isLeaderReady() bool {
 func (s *Server) leaderLoop(done <-chan struct{}) {
 	t := time.NewTicker(s.config.RetryJoinInterval / 2)
 	defer t.Stop()
+	since := time.Now()
 	for {
-		s.reconcileMembers()
+		s.reconcileMembers(since)
 		select {
 		case <-done:
 			return
@@ -227,9 +228,16 @@ func (s *Server) leaderLoop(done <-chan struct{}) {
 	}
 }
 
-// reconcileMembers adds every server that recently asked to join and is
-// not yet in the Raft configuration as a voter.
-func (s *Server) reconcileMembers() {
+// reconcileMembers adds every server that asked to join since leader (the
+// moment this server's leadership began) and within joinMemberTTL, and is
+// not yet in the Raft configuration, as a voter. Only a call made to this
+// leader counts: an operator's remove-peer forgets the server on the
+// leader that removed it, but the other servers still remember its earlier
+// calls, and a dead server removed just before a change of leader would
+// otherwise come back as a voter that never answers. A live server outside
+// the configuration calls every join interval, so it is added within one.
+func (s *Server) reconcileMembers(leader time.Time) {
+	s.reconciles.Add(1)
 	future := s.raft.GetConfiguration()
 	if err := future.Error(); err != nil {
 		s.logger.Warn("reading the raft configuration", "error", err)
@@ -239,7 +247,7 @@ func (s *Server) reconcileMembers() {
 	for _, srv := range future.Configuration().Servers {
 		known[srv.ID] = srv.Address
 	}
-	for _, m := range s.members.recent(joinMemberTTL) {
+	for _, m := range s.members.recent(joinMemberTTL, leader) {
 		addr, ok := known[raft.ServerID(m.ID)]
 		if ok && addr == raft.ServerAddress(m.RPCAddr) {
 			continue

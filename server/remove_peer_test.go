@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/shoenig/test/must"
 
 	"github.com/volplane/volplane/structs"
@@ -64,4 +65,36 @@ func testRemoveLivePeer(t *testing.T, which string) {
 		ns, err := removed.State().NamespaceByName(nil, "after-rejoin")
 		return ns != nil, err
 	})
+}
+
+// A dead server removed with remove-peer stays removed when the leader
+// changes soon after: the new leader still remembers the dead server's
+// join calls from before (every server hears them), but adds only servers
+// that asked it since its leadership began, and a dead one never asks.
+func TestRaftRemovePeer_DeadServerStaysRemovedAcrossLeaderChange(t *testing.T) {
+	servers := TestCluster(t, 3, nil)
+	leader := WaitForLeader(t, servers...)
+	f := followers(servers, leader)
+	dead, next := f[0], f[1]
+	// Every server has heard the dead one's join calls lately.
+	must.SliceNotEmpty(t, next.members.recent(joinMemberTTL, time.Time{}))
+	must.NoError(t, dead.Shutdown())
+
+	var resp structs.GenericResponse
+	must.NoError(t, leader.RPC("Operator.RaftRemovePeer", &structs.RaftPeerRequest{ID: dead.NodeID()}, &resp))
+	must.NoError(t, leader.waitFuture(leader.raft.LeadershipTransferToServer(raft.ServerID(next.NodeID()), raft.ServerAddress(next.RPCAddr()))))
+	must.Eq(t, next, WaitForLeader(t, leader, next))
+
+	// Two of the new leader's passes over its members, then the
+	// configuration still lacks the dead server.
+	base := next.reconciles.Load()
+	waitFor(t, 10*time.Second, func() (bool, error) {
+		return next.reconciles.Load() >= base+2, fmt.Errorf("%d passes", next.reconciles.Load()-base)
+	})
+	var cfg structs.RaftConfigurationResponse
+	must.NoError(t, next.RPC("Operator.RaftListPeers", &structs.GenericRequest{}, &cfg))
+	must.Len(t, 2, cfg.Servers, must.Sprintf("%+v", cfg.Servers))
+	for _, srv := range cfg.Servers {
+		must.NotEq(t, dead.NodeID(), srv.ID)
+	}
 }

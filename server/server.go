@@ -11,6 +11,7 @@ import (
 	"net/http"
 	netrpc "net/rpc"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-connlimit"
@@ -68,7 +69,10 @@ type Server struct {
 	// leaderCheck confirms leadership for followers' read-index requests.
 	leaderCheck leaderVerifier
 
-	members    *memberList
+	members *memberList
+	// reconciles counts the leader's passes over the members (tests wait
+	// on it).
+	reconciles atomic.Int64
 	heartbeats *heartbeats
 	nodeConns  *nodeConns
 	// clientRPC is the typed client for the calls made on client agents;
