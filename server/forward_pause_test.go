@@ -78,9 +78,9 @@ func TestForward_PausedLeader(t *testing.T) {
 	must.NotNil(t, vol)
 	applied := vol.ModifyIndex
 
-	// Thawed, the old leader reads the request it was sent while frozen
-	// and forwards it to the new leader: a second apply of the same
-	// volume changes nothing.
+	// Thawed, the old leader reads the request it was sent while frozen,
+	// for a term it no longer leads, and refuses it: the volume is still
+	// the one write.
 	leader.resume()
 	testutil.WaitForResult(t, 20*time.Second, func() (bool, error) {
 		v, err := leader.State().CSIVolumeByID(nil, structs.DefaultNamespace, "frozen")

@@ -66,3 +66,47 @@ func TestCanRetryForward_OnlyWhatCannotHaveRun(t *testing.T) {
 	err = leaderMovedAnswer("Job.Register", job, errors.Join(errLeaderMoved, sent))
 	must.StrContains(t, err.Error(), "may or may not have been applied")
 }
+
+// A write forwarded for the leader of a Raft term is run only by that
+// leader in that term: one that arrives late (at a leader thawed after
+// another was elected, or at a server that lost its leadership meanwhile)
+// is refused as retryable and changes nothing, not run, or forwarded on,
+// after its forwarder has answered its caller from elsewhere: a claim
+// refused to its caller must not be granted by its own late copy.
+func TestForward_LateForwardForAnOldTermIsNotApplied(t *testing.T) {
+	servers := TestCluster(t, 3, nil)
+	leader := WaitForLeader(t, servers...)
+	follower := followers(servers, leader)[0]
+	term := leader.raft.CurrentTerm()
+
+	upsert := func(s *Server, name string, term uint64) error {
+		req := &structs.NamespaceUpsertRequest{Namespaces: []*structs.Namespace{{Name: name}}}
+		req.SetForwarded()
+		req.SetLeaderTerm(term)
+		return s.RPC("Namespace.UpsertNamespaces", req, &structs.GenericResponse{})
+	}
+	for _, c := range []struct {
+		name string
+		to   *Server
+		term uint64
+	}{
+		{"old-term", leader, term - 1},
+		{"not-the-leader", follower, term},
+	} {
+		err := upsert(c.to, c.name, c.term)
+		must.Eq(t, structs.ErrCodeRetryable, structs.CodeOf(err), must.Sprintf("%s: %v", c.name, err))
+		must.StrContains(t, err.Error(), "not applied")
+		// Nothing was written: a write through the leader after it is
+		// applied everywhere, and the late one is not.
+		must.NoError(t, upsert(leader, c.name+"-after", term))
+		for _, s := range servers {
+			waitFor(t, 10*time.Second, func() (bool, error) {
+				ns, err := s.State().NamespaceByName(nil, c.name+"-after")
+				return ns != nil, err
+			})
+			ns, err := s.State().NamespaceByName(nil, c.name)
+			must.NoError(t, err)
+			must.Nil(t, ns, must.Sprintf("%s applied on %s", c.name, s.config.NodeName))
+		}
+	}
+}

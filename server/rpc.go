@@ -53,11 +53,17 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 	// the caller hears only "no leader", and a leader that cannot be
 	// reached at all (a certificate it refuses) must still be told apart.
 	var lastErr error
+	// The term this request was forwarded here for, if it was; the loop
+	// stamps the request with its own leader's term when it forwards it.
+	received := info.LeaderTermOf()
 	for attempt := 0; ; attempt++ {
 		// Taken before the leader is read, so a change in between is not
 		// missed by holdWait.
 		changed := s.leaders.changes()
 		addr, id := s.raft.LeaderWithID()
+		if err := s.checkForwardedTerm(method, info, received, id); err != nil {
+			return true, err
+		}
 		switch {
 		case id == raft.ServerID(s.nodeID):
 			// Consistent reads and writes alike wait for the barrier: an
@@ -71,6 +77,9 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 			}
 		case addr != "":
 			info.SetForwarded()
+			// The term read after the leader: if an election began in
+			// between, the leader refuses the request and it is sent again.
+			info.SetLeaderTerm(s.raft.CurrentTerm())
 			err := s.forwardTo(string(addr), method, args, reply)
 			switch {
 			case errors.Is(err, errLeaderMoved):
@@ -99,6 +108,24 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 			return true, noLeaderAnswer(unsettled)
 		}
 	}
+}
+
+// checkForwardedTerm refuses a write another server forwarded here for
+// the leader of a term this server does not lead (any more): it is a
+// request that arrived late, after its forwarder gave it up (a frozen
+// leader, thawed) and may have answered its caller from another leader.
+// Run now, or forwarded on, it could take effect after that answer: a claim
+// refused to its caller, granted later. Refused here, nothing was applied,
+// and a forwarder still waiting sends it to the leader it knows now.
+func (s *Server) checkForwardedTerm(method string, info structs.RPCInfo, term uint64, leader raft.ServerID) error {
+	if term == 0 || info.IsRead() {
+		return nil
+	}
+	if leader == raft.ServerID(s.nodeID) && s.raft.CurrentTerm() == term {
+		return nil
+	}
+	return structs.NewError(structs.ErrCodeRetryable, "%s forwarded to the leader of Raft term %d, which this server is not (term %d): not applied",
+		method, term, s.raft.CurrentTerm())
 }
 
 // noLeaderAnswer is what a forwarded request that found no leader to

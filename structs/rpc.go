@@ -13,6 +13,8 @@ type RPCInfo interface {
 	AllowStaleRead() bool
 	IsForwarded() bool
 	SetForwarded()
+	LeaderTermOf() uint64
+	SetLeaderTerm(term uint64)
 }
 
 // InternalRPCInfo carries the forwarding mark across servers.
@@ -20,10 +22,18 @@ type InternalRPCInfo struct {
 	// Forwarded is set by a server that passed the request on, so the next
 	// server does not count the connection as the caller's own.
 	Forwarded bool
+	// LeaderTerm is the Raft term of the leader a server forwarded the
+	// request to: only the leader of that term may act on it. A request
+	// that reaches its server late (a frozen leader, thawed after another
+	// was elected and the forwarder had answered its caller) is refused,
+	// not run long after its caller heard another answer.
+	LeaderTerm uint64
 }
 
-func (i *InternalRPCInfo) IsForwarded() bool { return i.Forwarded }
-func (i *InternalRPCInfo) SetForwarded()     { i.Forwarded = true }
+func (i *InternalRPCInfo) IsForwarded() bool         { return i.Forwarded }
+func (i *InternalRPCInfo) SetForwarded()             { i.Forwarded = true }
+func (i *InternalRPCInfo) LeaderTermOf() uint64      { return i.LeaderTerm }
+func (i *InternalRPCInfo) SetLeaderTerm(term uint64) { i.LeaderTerm = term }
 
 // WriteRequest is embedded in every request that changes state.
 type WriteRequest struct {
