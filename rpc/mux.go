@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-connlimit"
@@ -91,8 +90,6 @@ type Mux struct {
 	refused    func(string)
 	closeWait  time.Duration
 
-	// running counts the goroutines Close waits for (wg's count).
-	running   atomic.Int64
 	mu        sync.Mutex
 	closed    bool
 	closeCh   chan struct{}
@@ -168,10 +165,8 @@ func (m *Mux) goTracked(fn func()) bool {
 		return false
 	}
 	m.wg.Add(1)
-	m.running.Add(1)
 	go func() {
 		defer m.wg.Done()
-		defer m.running.Add(-1)
 		fn()
 	}()
 	return true
@@ -189,13 +184,11 @@ func (m *Mux) Serve(ln net.Listener) error {
 	}
 	m.listeners[ln] = struct{}{}
 	m.wg.Add(1)
-	m.running.Add(1)
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
 		delete(m.listeners, ln)
 		m.mu.Unlock()
-		m.running.Add(-1)
 		m.wg.Done()
 	}()
 
@@ -448,7 +441,7 @@ func (m *Mux) serveSession(conn net.Conn, peer Peer) {
 
 // Close stops every Serve, closes every live connection and session, and
 // waits for all the Mux's goroutines, CloseTimeout at most: then it logs
-// how many still run and returns an error, leaving them. A connection whose
+// that some still run and returns an error, leaving them. A connection whose
 // Raft handler has returned is not closed: it belongs to the Raft layer. RPC
 // handlers must return once their connection is closed; net/rpc's
 // ServeCodec also waits for the endpoint calls in flight on that
@@ -488,8 +481,7 @@ func (m *Mux) Close() error {
 	case <-done:
 		return nil
 	case <-t.C:
-		n := m.running.Load()
-		m.logger.Warn("closed without waiting for handlers still running", "handlers", n, "waited", m.closeWait)
-		return fmt.Errorf("rpc: %d connection handlers still running %s after close", n, m.closeWait)
+		m.logger.Warn("closed without waiting for handlers still running", "waited", m.closeWait)
+		return fmt.Errorf("rpc: connection handlers still running %s after close", m.closeWait)
 	}
 }
