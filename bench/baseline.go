@@ -14,7 +14,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/volplane/volplane/server"
 )
@@ -25,7 +24,7 @@ const (
 	baselineMaxPool = 3
 	baselineTimeout = 10 * time.Second
 	// baselineLogCache is the volplane servers' log cache in front of
-	// raft-boltdb: the baseline keeps it so that the two differ only by
+	// the log store: the baseline keeps it so that the two differ only by
 	// what volplane adds.
 	baselineLogCache = 512
 	// applyTimeout is the enqueue timeout of raft.Apply, as the servers'.
@@ -33,8 +32,9 @@ const (
 )
 
 // baseline is a bare 3-node hashicorp/raft cluster on loopback TCP with
-// raft-boltdb stores, file snapshots, a no-op FSM and volplane's Raft
-// configuration: the floor under what volplane can do with the same disk.
+// the volplane servers' log store (Config.RaftLogStore), file snapshots,
+// a no-op FSM and volplane's Raft configuration: the floor under what
+// volplane can do with the same disk.
 type baseline struct {
 	nodes  []*baselineNode
 	leader *raft.Raft
@@ -44,7 +44,7 @@ type baseline struct {
 type baselineNode struct {
 	raft  *raft.Raft
 	trans *raft.NetworkTransport
-	bolt  *raftboltdb.BoltStore
+	store server.RaftLogStore
 	// closing silences the transport's errors about connections reset
 	// while the cluster shuts down.
 	closing atomic.Bool
@@ -86,11 +86,11 @@ func startBaseline(ctx context.Context, cfg *Config, dir string, entryBytes int)
 		if err := os.MkdirAll(nodeDir, 0o700); err != nil {
 			return nil, err
 		}
-		n.bolt, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(nodeDir, "raft.db")})
+		n.store, err = server.OpenLogStore(nodeDir, cfg.logStore(), logger)
 		if err != nil {
 			return nil, fmt.Errorf("baseline store: %w", err)
 		}
-		logs, err := raft.NewLogCache(baselineLogCache, n.bolt)
+		logs, err := raft.NewLogCache(baselineLogCache, n.store)
 		if err != nil {
 			return nil, err
 		}
@@ -102,11 +102,11 @@ func startBaseline(ctx context.Context, cfg *Config, dir string, entryBytes int)
 		conf := *server.DefaultConfig().RaftConfig
 		conf.LocalID = servers[i].ID
 		conf.Logger = logger
-		if err := raft.BootstrapCluster(&conf, logs, n.bolt, snaps, n.trans, raft.Configuration{Servers: servers}); err != nil {
+		if err := raft.BootstrapCluster(&conf, logs, n.store, snaps, n.trans, raft.Configuration{Servers: servers}); err != nil {
 			return nil, fmt.Errorf("bootstrapping the baseline: %w", err)
 		}
 		pprof.Do(ctx, pprof.Labels("cluster", "baseline"), func(context.Context) {
-			n.raft, err = raft.NewRaft(&conf, noopFSM{}, logs, n.bolt, snaps, n.trans)
+			n.raft, err = raft.NewRaft(&conf, noopFSM{}, logs, n.store, snaps, n.trans)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("starting baseline raft: %w", err)
@@ -186,8 +186,8 @@ func (b *baseline) close() error {
 			n.trans.CloseStreams()
 			errs = append(errs, n.trans.Close())
 		}
-		if n.bolt != nil {
-			errs = append(errs, n.bolt.Close())
+		if n.store != nil {
+			errs = append(errs, n.store.Close())
 		}
 	}
 	return errors.Join(errs...)

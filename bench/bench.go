@@ -222,6 +222,10 @@ type Config struct {
 	// raft_multiplier (0: the default).
 	FailoverRounds int
 	RaftMultiplier int
+	// RaftLogStore is the Raft log backend of every cluster the phases
+	// start, volplane's and the bare raft baseline alike ("": the
+	// servers' default, server.DefaultLogStore).
+	RaftLogStore string
 
 	// Phases selects what runs: PhaseRegister, PhaseClaim, PhaseList,
 	// PhaseRelease, PhaseScale, PhaseTLS, PhaseACL, PhaseFailover.
@@ -369,6 +373,8 @@ func (c *Config) normalize() error {
 		return errors.New("sizes must not be negative")
 	case c.RaftMultiplier != 0 && server.ValidRaftMultiplier(c.RaftMultiplier) != nil:
 		return server.ValidRaftMultiplier(c.RaftMultiplier)
+	case server.ValidLogStoreBackend(c.RaftLogStore) != nil:
+		return server.ValidLogStoreBackend(c.RaftLogStore)
 	case c.runs(PhaseRegister) && (c.Rounds > c.Ops || c.Rounds > c.SerialOps):
 		return fmt.Errorf("rounds (%d) must not exceed the op counts (%d, %d): every round needs an op",
 			c.Rounds, c.SerialOps, c.Ops)
@@ -527,4 +533,29 @@ func runCore(ctx context.Context, cfg *Config, dir string, rep *Report) (err err
 		}
 	}
 	return nil
+}
+
+// logStore is the Raft log backend the clusters run on.
+func (c *Config) logStore() string {
+	if c.RaftLogStore != "" {
+		return c.RaftLogStore
+	}
+	return server.DefaultLogStore
+}
+
+// serverHCL is the server block of the agent config of the phases'
+// server processes: the log store when one is asked, and raft_multiplier
+// when multiplier is set.
+func (c *Config) serverHCL(multiplier int) string {
+	var b strings.Builder
+	if multiplier > 0 {
+		fmt.Fprintf(&b, "  raft_multiplier = %d\n", multiplier)
+	}
+	if c.RaftLogStore != "" {
+		fmt.Fprintf(&b, "  raft_logstore {\n    backend = %q\n  }\n", c.RaftLogStore)
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "server {\n" + b.String() + "}\n"
 }

@@ -41,11 +41,7 @@ func runFailover(ctx context.Context, cfg *Config, dir string, rep *Report) (err
 		}
 	}
 	cfg.progress("failover: starting 3 server processes of %s", bin)
-	var config string
-	if cfg.RaftMultiplier > 0 {
-		config = fmt.Sprintf("server {\n  raft_multiplier = %d\n}\n", cfg.RaftMultiplier)
-	}
-	c, err := startProcCluster(ctx, bin, filepath.Join(dir, "failover"), 3, config)
+	c, err := startProcCluster(ctx, bin, filepath.Join(dir, "failover"), 3, cfg.serverHCL(cfg.RaftMultiplier))
 	if err != nil {
 		return err
 	}

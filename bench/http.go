@@ -54,7 +54,7 @@ var httpRegisterWriters = []int{1, 16, 64}
 // runHTTP runs the http phase on a cluster of its own.
 func runHTTP(ctx context.Context, cfg *Config, dir string, rep *Report) (err error) {
 	cfg.progress("http: starting 3 server agents as processes")
-	pc, err := startProcCluster(ctx, cfg.Binary, filepath.Join(dir, "http"), clusterSize, "")
+	pc, err := startProcCluster(ctx, cfg.Binary, filepath.Join(dir, "http"), clusterSize, cfg.serverHCL(0))
 	if err != nil {
 		return err
 	}

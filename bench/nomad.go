@@ -451,7 +451,7 @@ func runHTTPNomad(ctx context.Context, cfg *Config, dir string, rep *Report) (er
 		}
 	}
 	cfg.progress("http-nomad: starting 3 volplane server agents as processes")
-	pc, err := startProcCluster(ctx, volplaneBin, filepath.Join(dir, "http-nomad-volplane"), clusterSize, "")
+	pc, err := startProcCluster(ctx, volplaneBin, filepath.Join(dir, "http-nomad-volplane"), clusterSize, cfg.serverHCL(0))
 	if err != nil {
 		return err
 	}
@@ -541,6 +541,6 @@ func (r *Report) addNomad(writers, entryBytes int, nomad, volplane, bare *series
 		last.Target, last.Pass = "", nil
 	}
 	r.Results = append(r.Results, pairedResult(PhaseHTTPNomad, writers, nomad, "bare raft", bare, fmt.Sprintf(
-		"raft.Apply of %d-byte entries (a register entry's size) on 3 bare raft + raft-boltdb nodes with a no-op state machine, "+
-			"in the benchmark's process, on the same disk: what the Raft stack alone does at this concurrency", entryBytes)))
+		"raft.Apply of %d-byte entries (a register entry's size) on 3 bare raft + raft-%s nodes with a no-op state machine, "+
+			"in the benchmark's process, on the same disk: what the Raft stack alone does at this concurrency", entryBytes, r.Config.RaftLogStore)))
 }

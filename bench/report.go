@@ -65,6 +65,8 @@ type RunConfig struct {
 	ACLRounds      int      `json:"acl_rounds"`
 	Phases         []string `json:"phases"`
 	Breakdown      bool     `json:"breakdown,omitempty"`
+	// RaftLogStore is the Raft log backend every cluster ran on.
+	RaftLogStore string `json:"raft_logstore"`
 }
 
 func reportConfig(c Config) RunConfig {
@@ -75,7 +77,7 @@ func reportConfig(c Config) RunConfig {
 		ReleaseVolumes: c.ReleaseVolumes, ScaleVolumes: c.ScaleVolumes, ScaleStuck: c.ScaleStuck,
 		ScaleOps: c.ScaleOps, ScaleClaimOps: c.ScaleClaimOps, ScaleRounds: c.ScaleRounds,
 		ACLOps: c.ACLOps, ACLListVolumes: c.ACLListVolumes, ACLListReqs: c.ACLListRequests, ACLRounds: c.ACLRounds,
-		Phases: c.Phases, Breakdown: c.Breakdown,
+		Phases: c.Phases, Breakdown: c.Breakdown, RaftLogStore: c.logStore(),
 	}
 }
 
@@ -373,7 +375,7 @@ func (r *Report) WriteJSON(w io.Writer) error {
 func (r *Report) WriteTable(w io.Writer) error {
 	if r.EntryBytes > 0 {
 		fmt.Fprintln(w, "register: CSIVolume.Register, one volume per call, over RPC to the leader of 3 volplane servers")
-		fmt.Fprintf(w, "  its baseline: raft.Apply of %d-byte entries (a register entry's size) on 3 bare raft + raft-boltdb nodes\n", r.EntryBytes)
+		fmt.Fprintf(w, "  its baseline: raft.Apply of %d-byte entries (a register entry's size) on 3 bare raft + raft-%s nodes\n", r.EntryBytes, r.Config.RaftLogStore)
 		if r.Config.Breakdown {
 			fmt.Fprintln(w, "raft+fsm: raft.Apply of register entries on the volplane leader (state machine in, RPC and endpoint out)")
 		}
@@ -382,7 +384,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "claim: CSIVolume.Claim with the node's secret, a distinct single-node-writer volume per call, over RPC to")
 		fmt.Fprintf(w, "  the leader (node-only plugin: no controller publish); the state holds %d jobs with %d allocations\n",
 			r.ClaimJobs, r.ClaimAllocs)
-		fmt.Fprintf(w, "  its baseline: raft.Apply of %d-byte entries (a claim entry's size) on the 3 bare raft + raft-boltdb nodes\n", r.ClaimEntryBytes)
+		fmt.Fprintf(w, "  its baseline: raft.Apply of %d-byte entries (a claim entry's size) on the 3 bare raft + raft-%s nodes\n", r.ClaimEntryBytes, r.Config.RaftLogStore)
 		fmt.Fprintln(w, "claim-refused: claims by another job's allocations for volumes already claimed, refused with max claims;")
 		fmt.Fprintln(w, "  raft + is the entries the leader's Raft log gained meanwhile")
 	}
@@ -418,7 +420,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "http-nomad: PUT /v1/volume/csi/:id, one volume per request, over HTTP to the leader of 3 volplane server agents")
 		fmt.Fprintln(w, "  and of 3 Nomad server agents (with a client running the node-only CSI plugin), interleaved in rounds; the")
 		fmt.Fprintf(w, "  ops/s ratio is the median over the rounds of volplane / nomad in the same round, judged at %d writers;\n", NomadTargetWriters)
-		fmt.Fprintln(w, "  bare raft: raft.Apply of entries of a register's size on 3 bare raft + raft-boltdb nodes (no-op state")
+		fmt.Fprintf(w, "  bare raft: raft.Apply of entries of a register's size on 3 bare raft + raft-%s nodes (no-op state\n", r.Config.RaftLogStore)
 		fmt.Fprintln(w, "  machine, in the benchmark's process, same disk) in the same rounds: what the Raft stack alone does")
 	}
 	if len(r.Results) > 0 && (r.EntryBytes > 0 || r.ClaimEntryBytes > 0 || r.has(PhaseRelease) || r.has(PhaseScaleRegister) ||

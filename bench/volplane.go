@@ -78,10 +78,11 @@ type volplane struct {
 }
 
 // startVolplane starts three servers that form a cluster through the join
-// protocol, each with raft-boltdb in its own dir under dir and production
-// Raft timing, and waits until the leader serves consistent reads. name
-// tells the cluster apart from the others of the run, in the servers' names
-// and logs and in the label instance of a CPU profile.
+// protocol, each with its Raft log (Config.RaftLogStore) in its own dir
+// under dir and production Raft timing, and waits until the leader serves
+// consistent reads. name tells the cluster apart from the others of the
+// run, in the servers' names and logs and in the label instance of a CPU
+// profile.
 func startVolplane(ctx context.Context, cfg *Config, dir, name string, opts ...func(*server.Config)) (_ *volplane, err error) {
 	return startVolplaneTLS(ctx, cfg, dir, name, nil, opts...)
 }
@@ -125,6 +126,7 @@ func startVolplaneTLS(ctx context.Context, cfg *Config, dir, name string, tc *tl
 			c.RetryJoin = []string{first}
 		}
 		c.Logger = cfg.Logger.Named(c.NodeName)
+		c.RaftLogStore = cfg.RaftLogStore
 		c.TLS = tc
 		for _, o := range opts {
 			o(c)

@@ -354,6 +354,9 @@ func (c *AgentCommand) serverConfig(a *AgentConfig, dev bool) (*server.Config, f
 		// Validated with the file.
 		_ = server.SetRaftMultiplier(cfg.RaftConfig, *m)
 	}
+	if l := a.Server.RaftLogStore; l != nil {
+		cfg.RaftLogStore = l.Backend
+	}
 	if a.Server.RaftSnapshotThreshold > 0 {
 		cfg.RaftConfig.SnapshotThreshold = uint64(a.Server.RaftSnapshotThreshold)
 	}

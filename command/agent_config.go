@@ -61,6 +61,9 @@ type ServerBlock struct {
 	// commit timeouts, as Nomad's: 1 (the default) is tuned for a LAN;
 	// raise it, up to 10, across a WAN or on machines that stall.
 	RaftMultiplier *int `hcl:"raft_multiplier,optional"`
+	// RaftLogStore picks the Raft log's backend on disk, as Consul's
+	// raft_logstore block.
+	RaftLogStore *RaftLogStoreBlock `hcl:"raft_logstore,block"`
 	// HeartbeatTTL is how often client nodes must heartbeat, and
 	// NodeGracePeriod how long past that TTL a silent node is marked down
 	// (durations such as "10s"; both default to the server's, 10s).
@@ -83,6 +86,13 @@ type ServerBlock struct {
 	// CSICallTimeout bounds each call of a release or publish step to a
 	// client agent (a duration; default 30s).
 	CSICallTimeout string `hcl:"csi_call_timeout,optional"`
+}
+
+// RaftLogStoreBlock is the server's raft_logstore block.
+type RaftLogStoreBlock struct {
+	// Backend is "wal" or "boltdb"; unset keeps the one the data dir
+	// holds, and a new server starts on "wal".
+	Backend string `hcl:"backend,optional"`
 }
 
 // Default ports, as Nomad's.
@@ -173,6 +183,11 @@ func (c *AgentConfig) validate() error {
 		if s.RaftMultiplier != nil {
 			if err := server.ValidRaftMultiplier(*s.RaftMultiplier); err != nil {
 				return err
+			}
+		}
+		if s.RaftLogStore != nil {
+			if err := server.ValidLogStoreBackend(s.RaftLogStore.Backend); err != nil {
+				return fmt.Errorf("server.%v", err)
 			}
 		}
 		if s.JobMaxGroupCount < 0 || s.JobMaxGroupCount > structs.MaxGroupCountCeiling {

@@ -151,6 +151,23 @@ func TestAgentConfig_RaftMultiplier(t *testing.T) {
 	}
 }
 
+// TestAgentConfig_RaftLogStore: the raft_logstore block's backend reaches
+// the server; unset leaves it to the data dir.
+func TestAgentConfig_RaftLogStore(t *testing.T) {
+	c := &AgentCommand{UI: cli.NewMockUi()}
+	backend := func(args ...string) string {
+		cfg, _, err := c.parse(args)
+		must.NoError(t, err)
+		srv, _, err := c.serverConfig(cfg, false)
+		must.NoError(t, err)
+		return srv.RaftLogStore
+	}
+	must.Eq(t, "", backend("-server", "-bootstrap-expect", "1", "-data-dir", "/var/lib/volplane"))
+	file := filepath.Join(t.TempDir(), "server.hcl")
+	must.NoError(t, os.WriteFile(file, []byte("server {\n  enabled = true\n  raft_logstore {\n    backend = \"boltdb\"\n  }\n}\n"), 0o600))
+	must.Eq(t, "boltdb", backend("-config", file, "-bootstrap-expect", "1", "-data-dir", "/var/lib/volplane"))
+}
+
 func TestAgentConfig_Errors(t *testing.T) {
 	cases := []struct {
 		name string
@@ -172,6 +189,7 @@ func TestAgentConfig_Errors(t *testing.T) {
 		{"bad gc threshold", `server { node_gc_threshold = "a day" }`, `server.node_gc_threshold "a day"`},
 		{"raft multiplier zero", `server { raft_multiplier = 0 }`, `raft_multiplier cannot be 0. Must be between 1 and 10`},
 		{"raft multiplier too high", `server { raft_multiplier = 11 }`, `raft_multiplier cannot be 11. Must be between 1 and 10`},
+		{"bad log store", "server {\n  raft_logstore {\n    backend = \"bolt\"\n  }\n}", `server.raft_logstore.backend "bolt" is not one of "wal" or "boltdb"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -39,9 +39,9 @@ Usage: volplane bench [options]
   Benchmarks the server core in this process, against nothing else:
 
   register  CSIVolume.Register, one volume per call, over msgpack RPC to the
-            leader of a 3-server volplane cluster (loopback TCP, raft-boltdb
-            in temporary dirs, production Raft timing), with 1 writer and
-            with -writers writers. Paired with a baseline: a bare 3-node
+            leader of a 3-server volplane cluster (loopback TCP, Raft logs
+            on -raft-logstore in temporary dirs, production Raft timing),
+            with 1 writer and with -writers writers. Paired with a baseline: a bare 3-node
             hashicorp/raft cluster with the same stores and configuration
             and a no-op FSM, applying entries of the same size at the same
             concurrency, one entry per write, interleaved with volplane in
@@ -219,6 +219,9 @@ Options:
                      (default 5).
   -raft-multiplier=N raft_multiplier of the failover phase's servers, 1 to
                      10 (default: the servers' default, 1).
+  -raft-logstore=B   The Raft log backend of every cluster, volplane's and
+                     the bare raft baseline: wal or boltdb (default: the
+                     servers' default, wal).
   -binary=PATH       The volplane binary whose agents the http and failover
                      phases run (default: this one).
   -nomad-binary=PATH The Nomad binary whose agents the http-nomad phase
@@ -288,6 +291,7 @@ func (c *BenchCommand) Run(args []string) int {
 	f.IntVar(&cfg.MemoryVolumes, "memory-volumes", cfg.MemoryVolumes, "")
 	f.IntVar(&cfg.FailoverRounds, "failover-rounds", cfg.FailoverRounds, "")
 	f.IntVar(&cfg.RaftMultiplier, "raft-multiplier", 0, "")
+	f.StringVar(&cfg.RaftLogStore, "raft-logstore", "", "")
 	f.StringVar(&cfg.Binary, "binary", "", "")
 	f.StringVar(&cfg.NomadBinary, "nomad-binary", "", "")
 	f.StringVar(&phases, "phases", strings.Join(cfg.Phases, ","), "")

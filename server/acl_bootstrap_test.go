@@ -323,14 +323,14 @@ func TestACL_SecretsNeverInRaftLog(t *testing.T) {
 	must.NoError(t, os.WriteFile(path, []byte(fmt.Sprint(done)), 0o600))
 	must.NoError(t, s.RPC("ACL.Bootstrap", &structs.ACLTokenBootstrapRequest{BootstrapSecret: chosen}, &structs.ACLTokenUpsertResponse{}))
 
-	first, err := s.raftStore.bolt.FirstIndex()
+	first, err := s.raftStore.logs.FirstIndex()
 	must.NoError(t, err)
-	last, err := s.raftStore.bolt.LastIndex()
+	last, err := s.raftStore.logs.LastIndex()
 	must.NoError(t, err)
 	must.Greater(t, first, last)
 	for i := first; i <= last; i++ {
 		var l raft.Log
-		must.NoError(t, s.raftStore.bolt.GetLog(i, &l))
+		must.NoError(t, s.raftStore.logs.GetLog(i, &l))
 		for _, secret := range []string{mgmt, created.Tokens[0].SecretID, chosen} {
 			must.False(t, bytes.Contains(l.Data, []byte(secret)), must.Sprintf("log entry %d holds a token's secret", i))
 		}

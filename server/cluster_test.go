@@ -114,7 +114,20 @@ func WaitForLeaderOf(t *testing.T, servers []*Server) *Server {
 }
 
 func TestCluster_RestartedFollowerCatchesUpFromSnapshot(t *testing.T) {
+	// Installing a snapshot replaces a follower's whole log: on wal that
+	// is a reset of its segments, on boltdb a delete of every entry. The
+	// wal servers' segments are small so that the leader's truncation
+	// deletes the ones the follower lacks: wal still serves entries
+	// truncated from its open segment, and the leader would send those.
+	for _, backend := range []string{LogStoreWAL, LogStoreBoltDB} {
+		t.Run(backend, func(t *testing.T) { testRestartedFollowerCatchesUp(t, backend) })
+	}
+}
+
+func testRestartedFollowerCatchesUp(t *testing.T, backend string) {
 	servers := TestCluster(t, 3, func(i int, c *Config) {
+		c.RaftLogStore = backend
+		c.walSegmentSize = 4 << 10
 		c.RaftConfig.SnapshotThreshold = 16
 		c.RaftConfig.SnapshotInterval = 50 * time.Millisecond
 		c.RaftConfig.TrailingLogs = 4

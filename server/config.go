@@ -55,6 +55,10 @@ type Config struct {
 	RaftConfig *raft.Config
 	// RaftTimeout bounds Raft transport operations.
 	RaftTimeout time.Duration
+	// RaftLogStore is the backend of the Raft log on disk (LogStoreWAL or
+	// LogStoreBoltDB, as Consul's raft_logstore.backend); empty keeps the
+	// one the data dir holds, or DefaultLogStore for a new server.
+	RaftLogStore string
 
 	// RPCHoldTimeout is how long a request waits for a leader to appear
 	// before it fails with the no-leader error.
@@ -156,6 +160,11 @@ type Config struct {
 	leaderSetupHook func(attempt int) error
 	// wrapFSM, when set (tests), wraps the state machine Raft applies to.
 	wrapFSM func(raft.BatchingFSM) raft.BatchingFSM
+	// walSegmentSize, when set (tests), is the wal backend's segment size
+	// in bytes instead of its 64 MiB: a log truncated after a snapshot then
+	// loses whole segments, and what they held can only be sent as a
+	// snapshot.
+	walSegmentSize int
 	// leaderSetupRetryMin, leaderSetupRetryMax and leaderSetupMaxAttempts,
 	// when set (tests), replace the constants of the same names.
 	leaderSetupRetryMin, leaderSetupRetryMax time.Duration
@@ -295,6 +304,9 @@ func (c *Config) normalize() error {
 		return errors.New("a server needs bootstrap_expect or retry_join addresses to form or join a cluster")
 	case !c.DevMode && c.DataDir == "":
 		return errors.New("a server needs a data_dir (or -dev)")
+	}
+	if err := ValidLogStoreBackend(c.RaftLogStore); err != nil {
+		return err
 	}
 	return nil
 }

@@ -45,7 +45,7 @@ func entriesSince(t *testing.T, s *Server, before uint64, single, batch structs.
 	t.Helper()
 	for idx := before + 1; idx <= s.raft.LastIndex(); idx++ {
 		var l raft.Log
-		must.NoError(t, s.raftStore.bolt.GetLog(idx, &l))
+		must.NoError(t, s.raftStore.logs.GetLog(idx, &l))
 		if l.Type != raft.LogCommand {
 			continue
 		}

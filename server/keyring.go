@@ -25,7 +25,7 @@ import (
 // enter a Raft entry. Its root keys live in the replicated state, each
 // wrapped by the key-encryption key (KEK); the KEK never enters Raft: every
 // server keeps it in DATA_DIR/keystore/ (mode 0600), and a server that
-// lacks it gets it from another server over mutual TLS. raft.db and
+// lacks it gets it from another server over mutual TLS. The Raft log and
 // snapshots thus hold only ciphertext and wrapped keys.
 const (
 	keystoreDirName = "keystore"

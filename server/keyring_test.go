@@ -21,7 +21,7 @@ const (
 )
 
 // Volume secrets and mount flags (and a job's mount flags) are sealed
-// before they enter the Raft log: the state, raft.db and a snapshot hold
+// before they enter the Raft log: the state, the Raft log and a snapshot hold
 // only ciphertext, and the server opens them for the plugin and the node.
 func TestKeyring_SecretsSealedAtRest(t *testing.T) {
 	s := TestServer(t, nil)

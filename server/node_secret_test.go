@@ -110,7 +110,7 @@ func entryTypesSince(t *testing.T, s *Server, before uint64, secret string) map[
 	out := map[structs.MessageType]int{}
 	for idx := before + 1; idx <= s.raft.LastIndex(); idx++ {
 		var l raft.Log
-		must.NoError(t, s.raftStore.bolt.GetLog(idx, &l))
+		must.NoError(t, s.raftStore.logs.GetLog(idx, &l))
 		if l.Type != raft.LogCommand || (secret != "" && !bytes.Contains(l.Data, []byte(secret))) {
 			continue
 		}

@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/hashicorp/go-uuid"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
 // raftDrainTimeout bounds how long a shutdown waits for the Raft
@@ -28,18 +26,6 @@ const (
 	snapshotsRetain = 2
 	logCacheSize    = 512
 )
-
-// raftStores holds what must be closed after Raft shuts down.
-type raftStores struct {
-	bolt *raftboltdb.BoltStore
-}
-
-func (r raftStores) Close() error {
-	if r.bolt != nil {
-		return r.bolt.Close()
-	}
-	return nil
-}
 
 // loadOrCreateNodeID returns the server's persistent ID, creating it on
 // first start. A restarted server must come back with the same Raft ID, or
@@ -118,16 +104,16 @@ func (s *Server) setupRaft() error {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("creating the raft dir: %w", err)
 		}
-		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, raftDBFile)})
-		if err != nil {
-			return fmt.Errorf("opening the raft store: %w", err)
-		}
-		s.raftStore.bolt = bolt
-		cache, err := raft.NewLogCache(logCacheSize, bolt)
+		stores, err := openLogStore(dir, s.config.RaftLogStore, s.config.walSegmentSize, s.config.Logger.Named("raft-logstore"))
 		if err != nil {
 			return err
 		}
-		logs, stable = cache, bolt
+		s.raftStore = stores
+		cache, err := raft.NewLogCache(logCacheSize, stores.logs)
+		if err != nil {
+			return err
+		}
+		logs, stable = cache, stores.logs
 		fss, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetain, s.config.Logger.Named("snapshot"))
 		if err != nil {
 			return fmt.Errorf("opening the snapshot store: %w", err)
@@ -170,5 +156,3 @@ func (s *Server) setupRaft() error {
 	}
 	return nil
 }
-
-var _ io.Closer = raftStores{}

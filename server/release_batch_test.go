@@ -130,7 +130,7 @@ func TestRelease_ManyClaimsShareRaftEntries(t *testing.T) {
 	var singles, batches, batched int
 	for idx := before + 1; idx <= leader.raft.LastIndex(); idx++ {
 		var l raft.Log
-		must.NoError(t, leader.raftStore.bolt.GetLog(idx, &l))
+		must.NoError(t, leader.raftStore.logs.GetLog(idx, &l))
 		if l.Type != raft.LogCommand {
 			continue
 		}
