@@ -2,11 +2,20 @@ package server
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/volplane/volplane/structs"
 )
+
+// entryLinger bounds how long a register or claim entry waits for the
+// callers of the entry before it to come back (see groupCommit). Over
+// HTTP with 16 writers on the 2-core test machine an entry's write takes
+// 3-4 ms and a caller's round trip 1-2 ms: waiting up to 2 ms took the
+// register rate from 1,938-2,156 to 2,397 a second (the http-nomad
+// phase, wal); the wait is never longer than the last write took.
+const entryLinger = 2 * time.Millisecond
 
 // entryBatcher writes the requests of one message type through Raft, many
 // to an entry (a group commit, see groupCommit): concurrent writes share
@@ -41,6 +50,7 @@ func newEntryBatcher(s *Server, batch structs.MessageType) *entryBatcher {
 		max:       structs.MaxEntryBatch,
 		weight:    func(p *pendingEntry) int { return len(p.entry) },
 		maxWeight: structs.MaxEntryBatchBytes,
+		linger:    entryLinger,
 	}
 	return b
 }

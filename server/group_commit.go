@@ -3,6 +3,7 @@ package server
 import (
 	"slices"
 	"sync"
+	"time"
 )
 
 // groupCommit writes items through Raft many to an entry: callers each
@@ -17,6 +18,18 @@ import (
 // flight writes the pending items, entry after entry, until its own has
 // been answered; then it hands what is left to a goroutine that writes on
 // until none is left, and returns.
+//
+// With one entry in flight, callers that each write again as soon as they
+// are answered split into two cohorts that take turns: one in the entry
+// being written, the other queued for the next, so each caller waits for
+// about two entry writes. With linger set, an entry about to be written
+// while fewer items are queued than were in the system during the last
+// write (the one in flight and the most queued behind it) waits for them,
+// up to linger and never longer than that write took, counted from its
+// end: the cohorts merge into one, and each caller waits for about one
+// write and its own round trip. As PostgreSQL's commit_delay, it waits
+// only when there are others to wait for: one caller alone, or callers
+// back after a quiet spell, find nobody expected and never wait.
 type groupCommit[T any] struct {
 	// write commits one batch of items and returns each item's answer, in
 	// order (nil where applied).
@@ -27,10 +40,22 @@ type groupCommit[T any] struct {
 	max       int
 	weight    func(T) int
 	maxWeight int
+	// linger bounds how long an entry waits for the callers expected
+	// back (0: it never waits).
+	linger time.Duration
 
 	mu       sync.Mutex
 	pending  []*groupItem[T]
 	flushing bool
+	// inFlight is the number of items of the entry being written, and
+	// seen the most items in the system (in flight and queued) during its
+	// write; expected is seen of the last entry written, which ended at
+	// lastDone after taking lastWrite.
+	inFlight, seen, expected int
+	lastDone                 time.Time
+	lastWrite                time.Duration
+	// arrived wakes a lingering flush when an item is queued.
+	arrived chan struct{}
 }
 
 type groupItem[T any] struct {
@@ -44,6 +69,13 @@ func (g *groupCommit[T]) commit(item T) error {
 	p := &groupItem[T]{item: item, done: make(chan struct{})}
 	g.mu.Lock()
 	g.pending = append(g.pending, p)
+	g.seen = max(g.seen, g.inFlight+len(g.pending))
+	if g.arrived != nil {
+		select {
+		case g.arrived <- struct{}{}:
+		default:
+		}
+	}
 	if g.flushing {
 		g.mu.Unlock()
 		<-p.done
@@ -71,10 +103,59 @@ func (g *groupCommit[T]) flush(own <-chan struct{}) {
 			go g.flush(nil)
 			return
 		}
+		g.lingerLocked()
 		batch := g.next()
+		g.inFlight = len(batch)
+		g.seen = g.inFlight + len(g.pending)
 		g.mu.Unlock()
 		g.writeBatch(batch)
 	}
+}
+
+// lingerLocked holds the next entry back while fewer items are queued than
+// the last write expects back, and the entry has room for more: until
+// they are, or the last write's end plus the shorter of linger and that
+// write's time has passed. g.mu is held, and released while it waits.
+func (g *groupCommit[T]) lingerLocked() {
+	if g.linger <= 0 || len(g.pending) >= g.expected || g.full() {
+		return
+	}
+	wait := time.Until(g.lastDone.Add(min(g.linger, g.lastWrite)))
+	if wait <= 0 {
+		return
+	}
+	if g.arrived == nil {
+		g.arrived = make(chan struct{}, 1)
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for len(g.pending) < g.expected && !g.full() {
+		g.mu.Unlock()
+		select {
+		case <-g.arrived:
+			g.mu.Lock()
+		case <-timer.C:
+			g.mu.Lock()
+			return
+		}
+	}
+}
+
+// full reports whether the queued items fill an entry; g.mu is held.
+func (g *groupCommit[T]) full() bool {
+	if len(g.pending) >= g.max {
+		return true
+	}
+	if g.weight == nil {
+		return false
+	}
+	total := 0
+	for _, p := range g.pending {
+		if total += g.weight(p.item); total >= g.maxWeight {
+			return true
+		}
+	}
+	return false
 }
 
 // next takes the next entry's items off the queue; g.mu is held.
@@ -101,13 +182,21 @@ func (g *groupCommit[T]) next() []*groupItem[T] {
 	return batch
 }
 
-// writeBatch commits one entry and hands each caller its answer.
+// writeBatch commits one entry and hands each caller its answer. What it
+// saw is counted before any caller is answered, so a caller back at once
+// counts towards the next entry only.
 func (g *groupCommit[T]) writeBatch(batch []*groupItem[T]) {
 	items := make([]T, len(batch))
 	for i, p := range batch {
 		items[i] = p.item
 	}
+	start := time.Now()
 	errs := g.write(items)
+	g.mu.Lock()
+	g.lastDone = time.Now()
+	g.lastWrite = g.lastDone.Sub(start)
+	g.expected, g.inFlight = g.seen, 0
+	g.mu.Unlock()
 	for i, p := range batch {
 		p.err = errs[i]
 		close(p.done)

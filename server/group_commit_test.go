@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -114,4 +115,114 @@ func TestBatchAnswers(t *testing.T) {
 			must.ErrorContains(t, err, "b: the FSM answered")
 		}
 	}
+}
+
+// lingerGroup is a group commit with a long linger whose first entry's
+// write takes at least slow and waits for gate; it records the entries.
+type lingerGroup struct {
+	groupCommit[int]
+	gate chan struct{}
+
+	mu      sync.Mutex
+	entries [][]int
+}
+
+func newLingerGroup(slow time.Duration) *lingerGroup {
+	g := &lingerGroup{gate: make(chan struct{})}
+	g.groupCommit = groupCommit[int]{
+		max:    16,
+		linger: time.Hour,
+		write: func(items []int) []error {
+			g.mu.Lock()
+			g.entries = append(g.entries, items)
+			first := len(g.entries) == 1
+			g.mu.Unlock()
+			if first {
+				start := time.Now()
+				<-g.gate
+				// The wait after an entry is bounded by its write's
+				// time: a slow first write makes the bound long
+				// enough that the callers' return, not the clock,
+				// decides the next entry.
+				time.Sleep(slow - time.Since(start))
+			}
+			return make([]error, len(items))
+		},
+	}
+	return g
+}
+
+func (g *lingerGroup) written() [][]int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.entries)
+}
+
+func (g *lingerGroup) queued() int {
+	g.groupCommit.mu.Lock()
+	defer g.groupCommit.mu.Unlock()
+	return len(g.pending)
+}
+
+// start has caller 1 write the first entry while 2, 3 and 4 queue behind
+// it, and returns caller 1's answer.
+func (g *lingerGroup) start(t *testing.T, wg *sync.WaitGroup) <-chan error {
+	first := make(chan error, 1)
+	go func() { first <- g.commit(1) }()
+	testutil.WaitForResult(t, 5*time.Second, func() (bool, error) {
+		return len(g.written()) == 1, fmt.Errorf("%d entries", len(g.written()))
+	})
+	for i := 2; i <= 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			must.NoError(t, g.commit(i))
+		}()
+		testutil.WaitForResult(t, 5*time.Second, func() (bool, error) {
+			return g.queued() == i-1, fmt.Errorf("%d queued", g.queued())
+		})
+	}
+	close(g.gate)
+	return first
+}
+
+// TestGroupCommit_LingerMergesTheCohorts: four callers were in the system
+// during the first entry's write (one in it, three queued), so the next
+// entry waits for the caller answered to come back, and carries all four,
+// where without the linger it would carry the three queued and leave the
+// fourth to an entry of its own.
+func TestGroupCommit_LingerMergesTheCohorts(t *testing.T) {
+	g := newLingerGroup(time.Second)
+	var wg sync.WaitGroup
+	first := g.start(t, &wg)
+	must.NoError(t, <-first)
+	// Caller 1 comes back once the next entry is held for it (the flush
+	// makes its wake-up channel when it first lingers); without the
+	// linger, [2 3 4] would have gone out by then.
+	testutil.WaitForResult(t, 5*time.Second, func() (bool, error) {
+		g.groupCommit.mu.Lock()
+		defer g.groupCommit.mu.Unlock()
+		return g.arrived != nil, fmt.Errorf("entries %v", g.written())
+	})
+	must.NoError(t, g.commit(5))
+	wg.Wait()
+	must.Eq(t, [][]int{{1}, {2, 3, 4, 5}}, g.written())
+}
+
+// TestGroupCommit_LingerGivesUp: when the caller expected back does not
+// come, the queued items are written once the bound passes: the linger
+// (an hour here) is cut to the last write's time.
+func TestGroupCommit_LingerGivesUp(t *testing.T) {
+	g := newLingerGroup(50 * time.Millisecond)
+	var wg sync.WaitGroup
+	first := g.start(t, &wg)
+	must.NoError(t, <-first)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the queued items wait for a caller that does not come")
+	}
+	must.Eq(t, [][]int{{1}, {2, 3, 4}}, g.written())
 }
