@@ -25,9 +25,8 @@ import (
 // about two entry writes. With linger set, an entry about to be written
 // while fewer items are queued than were in the system during the last
 // write (the one in flight and the most queued behind it) waits for them,
-// up to linger and never longer than that write took, counted from its
-// end: the cohorts merge into one, and each caller waits for about one
-// write and its own round trip. As PostgreSQL's commit_delay, it waits
+// until linger after that write ended: the cohorts merge into one, and
+// each caller waits for about one write and its own round trip. As PostgreSQL's commit_delay, it waits
 // only when there are others to wait for: one caller alone, or callers
 // back after a quiet spell, find nobody expected and never wait.
 type groupCommit[T any] struct {
@@ -50,10 +49,9 @@ type groupCommit[T any] struct {
 	// inFlight is the number of items of the entry being written, and
 	// seen the most items in the system (in flight and queued) during its
 	// write; expected is seen of the last entry written, which ended at
-	// lastDone after taking lastWrite.
+	// lastDone.
 	inFlight, seen, expected int
 	lastDone                 time.Time
-	lastWrite                time.Duration
 	// arrived wakes a lingering flush when an item is queued.
 	arrived chan struct{}
 }
@@ -114,13 +112,13 @@ func (g *groupCommit[T]) flush(own <-chan struct{}) {
 
 // lingerLocked holds the next entry back while fewer items are queued than
 // the last write expects back, and the entry has room for more: until
-// they are, or the last write's end plus the shorter of linger and that
-// write's time has passed. g.mu is held, and released while it waits.
+// they are, or linger has passed since the last write ended. g.mu is held,
+// and released while it waits.
 func (g *groupCommit[T]) lingerLocked() {
 	if g.linger <= 0 || len(g.pending) >= g.expected || g.full() {
 		return
 	}
-	wait := time.Until(g.lastDone.Add(min(g.linger, g.lastWrite)))
+	wait := time.Until(g.lastDone.Add(g.linger))
 	if wait <= 0 {
 		return
 	}
@@ -190,11 +188,9 @@ func (g *groupCommit[T]) writeBatch(batch []*groupItem[T]) {
 	for i, p := range batch {
 		items[i] = p.item
 	}
-	start := time.Now()
 	errs := g.write(items)
 	g.mu.Lock()
 	g.lastDone = time.Now()
-	g.lastWrite = g.lastDone.Sub(start)
 	g.expected, g.inFlight = g.seen, 0
 	g.mu.Unlock()
 	for i, p := range batch {

@@ -117,8 +117,8 @@ func TestBatchAnswers(t *testing.T) {
 	}
 }
 
-// lingerGroup is a group commit with a long linger whose first entry's
-// write takes at least slow and waits for gate; it records the entries.
+// lingerGroup is a group commit whose first entry's write waits for gate;
+// it records the entries.
 type lingerGroup struct {
 	groupCommit[int]
 	gate chan struct{}
@@ -127,24 +127,18 @@ type lingerGroup struct {
 	entries [][]int
 }
 
-func newLingerGroup(slow time.Duration) *lingerGroup {
+func newLingerGroup(linger time.Duration) *lingerGroup {
 	g := &lingerGroup{gate: make(chan struct{})}
 	g.groupCommit = groupCommit[int]{
 		max:    16,
-		linger: time.Hour,
+		linger: linger,
 		write: func(items []int) []error {
 			g.mu.Lock()
 			g.entries = append(g.entries, items)
 			first := len(g.entries) == 1
 			g.mu.Unlock()
 			if first {
-				start := time.Now()
 				<-g.gate
-				// The wait after an entry is bounded by its write's
-				// time: a slow first write makes the bound long
-				// enough that the callers' return, not the clock,
-				// decides the next entry.
-				time.Sleep(slow - time.Since(start))
 			}
 			return make([]error, len(items))
 		},
@@ -192,7 +186,7 @@ func (g *lingerGroup) start(t *testing.T, wg *sync.WaitGroup) <-chan error {
 // where without the linger it would carry the three queued and leave the
 // fourth to an entry of its own.
 func TestGroupCommit_LingerMergesTheCohorts(t *testing.T) {
-	g := newLingerGroup(time.Second)
+	g := newLingerGroup(time.Hour)
 	var wg sync.WaitGroup
 	first := g.start(t, &wg)
 	must.NoError(t, <-first)
@@ -210,8 +204,7 @@ func TestGroupCommit_LingerMergesTheCohorts(t *testing.T) {
 }
 
 // TestGroupCommit_LingerGivesUp: when the caller expected back does not
-// come, the queued items are written once the bound passes: the linger
-// (an hour here) is cut to the last write's time.
+// come, the queued items are written once the linger has passed.
 func TestGroupCommit_LingerGivesUp(t *testing.T) {
 	g := newLingerGroup(50 * time.Millisecond)
 	var wg sync.WaitGroup
