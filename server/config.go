@@ -55,8 +55,8 @@ type Config struct {
 	RaftConfig *raft.Config
 	// RaftTimeout bounds Raft transport operations.
 	RaftTimeout time.Duration
-	// RaftLogStore is the backend of the Raft log on disk (LogStoreWAL or
-	// LogStoreBoltDB, as Consul's raft_logstore.backend); empty keeps the
+	// RaftLogStore is the backend of the Raft log on disk (LogStoreBoltDB
+	// or LogStoreWAL, as Consul's raft_logstore.backend); empty keeps the
 	// one the data dir holds, or DefaultLogStore for a new server.
 	RaftLogStore string
 

@@ -24,22 +24,22 @@ func TestOpenLogStore_PicksTheStoredBackendOrTheDefault(t *testing.T) {
 		return stores.backend, nil
 	}
 
-	// A new server starts on the default.
-	fresh := t.TempDir()
-	got, err := open(fresh, "")
-	must.NoError(t, err)
-	must.Eq(t, DefaultLogStore, got)
-	must.DirExists(t, filepath.Join(fresh, walDirName))
-
-	// A data dir an older build wrote stays on boltdb.
+	// A new server starts on the default, boltdb.
 	bolt := t.TempDir()
-	got, err = open(bolt, LogStoreBoltDB)
-	must.NoError(t, err)
-	must.Eq(t, LogStoreBoltDB, got)
-	got, err = open(bolt, "")
+	got, err := open(bolt, "")
 	must.NoError(t, err)
 	must.Eq(t, LogStoreBoltDB, got)
 	must.FileExists(t, filepath.Join(bolt, raftDBFile))
+
+	// One set to wal stays on it when the setting goes.
+	fresh := t.TempDir()
+	got, err = open(fresh, LogStoreWAL)
+	must.NoError(t, err)
+	must.Eq(t, LogStoreWAL, got)
+	must.DirExists(t, filepath.Join(fresh, walDirName))
+	got, err = open(fresh, "")
+	must.NoError(t, err)
+	must.Eq(t, LogStoreWAL, got)
 
 	// Another backend than the stored one is refused, and nothing is
 	// created beside the stored log.
