@@ -56,8 +56,17 @@ const (
 // fails only at csi_call_timeout: the suite keeps that within the backoff
 // cap, as an operator who wants releases resumed quickly would. (A retry
 // whose leader died is not waited for: the next leader calls at once.)
-var faultServerConfig = fmt.Sprintf("server {\n  heartbeat_ttl = %q\n  node_grace_period = %q\n  csi_release_max_delay = %q\n  csi_call_timeout = %q\n}\n",
-	faultHeartbeatTTL, faultNodeGrace, faultReleaseCap, faultCallTimeout)
+//
+// The servers' Raft log backend is picked by the seed, so that runs cover
+// both: every server of a run on the same one.
+func faultServerConfig(logStore string) string {
+	return fmt.Sprintf("server {\n  heartbeat_ttl = %q\n  node_grace_period = %q\n  csi_release_max_delay = %q\n  csi_call_timeout = %q\n"+
+		"  raft_logstore {\n    backend = %q\n  }\n}\n",
+		faultHeartbeatTTL, faultNodeGrace, faultReleaseCap, faultCallTimeout, logStore)
+}
+
+// faultLogStores are the Raft log backends a seed picks from.
+var faultLogStores = []string{"boltdb", "wal"}
 
 // TestE2E_Faults is the fault suite: 3 servers, 3 client agents each with
 // an instance of the development plugin, and 3 nodes of API clients; 8 API
@@ -86,13 +95,14 @@ func TestE2E_Faults(t *testing.T) {
 	if *soakFlag > 0 {
 		faults = *soakFlag
 	}
-	t.Logf("fault suite: seed %d, faults for %s", seed, faults)
+	logStore := faultLogStores[seed%uint64(len(faultLogStores))]
+	t.Logf("fault suite: seed %d, faults for %s, Raft logs on %s", seed, faults, logStore)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("fault suite failed with seed %d: go test ./e2e -run TestE2E_Faults -seed %d", seed, seed)
 		}
 	})
-	c := NewProcessCluster(t, ProcessConfig{Servers: 3, ServerConfig: faultServerConfig})
+	c := NewProcessCluster(t, ProcessConfig{Servers: 3, ServerConfig: faultServerConfig(logStore)})
 	s := newFaultSuite(t, c, seed)
 	start := time.Now()
 
