@@ -26,9 +26,11 @@ import (
 // while fewer items are queued than were in the system during the last
 // write (the one in flight and the most queued behind it) waits for them,
 // until linger after that write ended: the cohorts merge into one, and
-// each caller waits for about one write and its own round trip. As PostgreSQL's commit_delay, it waits
-// only when there are others to wait for: one caller alone, or callers
-// back after a quiet spell, find nobody expected and never wait.
+// each caller waits for about one write and its own round trip. As
+// PostgreSQL's commit_delay, it waits only when there are others to wait
+// for: one caller alone, or callers back after a quiet spell, find nobody
+// expected and never wait. When fewer callers come back than the last
+// write saw, one entry waits the whole linger; the next expects fewer.
 type groupCommit[T any] struct {
 	// write commits one batch of items and returns each item's answer, in
 	// order (nil where applied).

@@ -65,7 +65,10 @@ type RaftLogStore interface {
 // bench's bare cluster).
 func OpenLogStore(dir, backend string, logger hclog.Logger) (RaftLogStore, error) {
 	stores, err := openLogStore(dir, backend, 0, logger)
-	return stores.logs, err
+	if err != nil {
+		return nil, err
+	}
+	return stores.logs, nil
 }
 
 // raftStores holds what must be closed after Raft shuts down: the log
