@@ -77,6 +77,9 @@ func (s *Server) applyResult(f raft.ApplyFuture) (any, uint64, error) {
 	if err := s.waitIndexed(f); err != nil {
 		return nil, 0, err
 	}
+	if lf, ok := f.(leaseFuture); ok && lf.term != nil {
+		s.leaderCheck.extend(lf.term, lf.start, s.readLease())
+	}
 	if e, ok := f.Response().(error); ok && e != nil {
 		return nil, f.Index(), e
 	}

@@ -242,6 +242,23 @@ type leaderVerifier struct {
 	wait func(raft.Future) error
 }
 
+// extend records that a quorum acknowledged this leadership after start:
+// a write committed in the leadership term identifies proves it as a
+// heartbeat round does (the followers that took the entry took it after
+// it was written, and keep to this leader for a heartbeat timeout since),
+// so under writes leadership is confirmed without rounds of its own.
+func (v *leaderVerifier) extend(term any, start time.Time, lease time.Duration) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.extendLocked(term, start, lease)
+}
+
+func (v *leaderVerifier) extendLocked(term any, start time.Time, lease time.Duration) {
+	if lease > 0 && (v.leaseTerm != term || start.Add(lease).After(v.leaseUntil)) {
+		v.leaseTerm, v.leaseUntil = term, start.Add(lease)
+	}
+}
+
 type verifyRound struct {
 	done chan struct{}
 	err  error
@@ -285,8 +302,8 @@ func (v *leaderVerifier) verify(ctx context.Context, r *raft.Raft, term any, lea
 				}
 			}
 			v.mu.Lock()
-			if err == nil && lease > 0 && (v.leaseTerm != term || start.Add(lease).After(v.leaseUntil)) {
-				v.leaseTerm, v.leaseUntil = term, start.Add(lease)
+			if err == nil {
+				v.extendLocked(term, start, lease)
 			}
 			mine.err = err
 			close(mine.done)

@@ -72,8 +72,24 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 			// is applied here that state can lack a job, an allocation or
 			// a claim freed since, and the check would refuse the write
 			// wrongly ("job not found") as a definite answer.
+			//
+			// And, as a read served here, they wait until a quorum has
+			// confirmed this leadership (or the lease of a recent
+			// confirmation holds): a leader that was frozen or cut off
+			// while another was elected still believes it leads until its
+			// next lease check, and its state lacks the new leader's
+			// writes. Its Raft apply would fail, but a refusal from that
+			// state (or a repeat found already done) needs no apply and
+			// would reach the caller as a definite answer: the fault suite
+			// saw a job stopped through a leader just thawed from a 3 s
+			// freeze answered "job not found", and its claim never freed.
 			if s.isLeaderReady() {
-				return false, nil
+				err := s.confirmLeadership()
+				if err == nil {
+					return false, nil
+				}
+				lastErr = err
+				s.logger.Debug("leadership not confirmed; retrying", "method", method, "error", err)
 			}
 		case addr != "":
 			info.SetForwarded()
@@ -205,7 +221,20 @@ func (s *Server) applyEntry(buf []byte) raft.ApplyFuture {
 	if len(buf) > raftWarnSize {
 		s.logger.Warn("large raft entry", "type", structs.MessageType(buf[0]), "bytes", len(buf))
 	}
-	return s.raft.Apply(buf, raftApplyTimeout)
+	s.leaderMu.Lock()
+	term := s.leaderDone
+	s.leaderMu.Unlock()
+	start := time.Now()
+	return leaseFuture{ApplyFuture: s.raft.Apply(buf, raftApplyTimeout), term: term, start: start}
+}
+
+// leaseFuture is a write's future with what its commit proves of the
+// leadership it was written in (see leaderVerifier.extend); term is nil
+// when this server did not lead when it was written.
+type leaseFuture struct {
+	raft.ApplyFuture
+	term  chan struct{}
+	start time.Time
 }
 
 // queryFn runs a read against one state store, adding what it read to ws,
