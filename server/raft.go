@@ -89,6 +89,10 @@ func (s *Server) setupRaft() error {
 		Timeout: s.config.RaftTimeout,
 		Logger:  s.config.Logger.Named("raft-net"),
 	})
+	// Set at once, so that a NewServer that fails below closes it: its
+	// goroutine accepting Raft connections would otherwise outlive the
+	// server, logging each failed accept.
+	s.raftTransport = trans
 
 	var (
 		logs   raft.LogStore
@@ -135,7 +139,6 @@ func (s *Server) setupRaft() error {
 		}
 		s.members.setBootstrapped(true)
 	}
-	s.raftTransport = trans
 	var machine raft.BatchingFSM = s.fsm
 	if s.config.wrapFSM != nil {
 		machine = s.config.wrapFSM(machine)
