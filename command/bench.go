@@ -41,12 +41,13 @@ Usage: volplane bench [options]
   register  CSIVolume.Register, one volume per call, over msgpack RPC to the
             leader of a 3-server volplane cluster (loopback TCP, Raft logs
             on -raft-logstore in temporary dirs, production Raft timing),
-            with 1 writer and with -writers writers. Paired with a baseline: a bare 3-node
-            hashicorp/raft cluster with the same stores and configuration
-            and a no-op FSM, applying entries of the same size at the same
-            concurrency, one entry per write, interleaved with volplane in
-            -rounds rounds (volplane's concurrent registers, and claims,
-            share entries: the leader's group commit). Reports volplane's
+            with 1 writer and with -writers writers. Paired with a
+            baseline: a bare 3-node hashicorp/raft cluster with the same
+            stores and configuration and a no-op FSM, applying entries of
+            the same size at the same concurrency, one entry per write,
+            interleaved with volplane in -rounds rounds (volplane's
+            concurrent registers, and claims, share entries: the leader's
+            group commit). Reports volplane's
             throughput and p99 as ratios of the baseline's. The volumes
             belong to a node plugin that needs no controller, so the leader
             asks no client agent to validate them.
