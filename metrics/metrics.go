@@ -18,8 +18,11 @@
 //	volplane_conns_refused_total{listener,reason}        counter: connections refused (over a limit, plaintext, failed TLS)
 //	volplane_rpc_refused_total{method,role}              counter: RPC calls a caller's certificate role does not allow
 //	volplane_acl_denied_total{endpoint}                  counter: requests refused for their ACL token (403 Permission denied)
+//	volplane_raft_entry_requests{kind}                   histogram: requests a group-committed Raft entry carried
+//	volplane_raft_entry_linger_seconds{kind}             histogram: how long an entry waited for the callers expected back
 //
-// plus the Go runtime (go_*) and process (process_*) collectors.
+// plus the Go runtime (go_*) and process (process_*) collectors, and the
+// Raft stack's own figures (raft.go).
 package metrics
 
 import (
@@ -80,6 +83,20 @@ var (
 		Help: "Requests refused because their ACL token is unknown, expired or lacks the capability, by endpoint.",
 	}, []string{"endpoint"})
 
+	entryRequests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "volplane_raft_entry_requests",
+		Help: "Requests a group-committed Raft entry carried, by kind (register, claim, release), on the leader.",
+		// Up to structs.MaxEntryBatch and the release batcher's bound.
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+	}, []string{"kind"})
+
+	entryLinger = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "volplane_raft_entry_linger_seconds",
+		Help: "How long a group-committed Raft entry waited for the callers of the entry before it to come back, by kind, for the entries that waited.",
+		// The linger is bounded at a few milliseconds.
+		Buckets: []float64{.0001, .00025, .0005, .001, .002, .003, .005, .01},
+	}, []string{"kind"})
+
 	queueDepthFn  atomic.Pointer[func() int]
 	pastClaimsFn  atomic.Pointer[func() map[string]int]
 	pastClaimDesc = prometheus.NewDesc("volplane_csi_past_claims",
@@ -95,6 +112,8 @@ func init() {
 		connsRefused,
 		rpcRefused,
 		aclDenied,
+		entryRequests,
+		entryLinger,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "volplane_volumewatcher_queue_depth",
 			Help: "Volumes waiting in the volume watcher's release queue (0 on a server that is not the leader).",
@@ -167,6 +186,29 @@ func ObserveClientRPC(method string, start time.Time, err *error) {
 		code = string(structs.CodeOf(*err))
 	}
 	clientRPCDuration.WithLabelValues(method, code).Observe(time.Since(start).Seconds())
+}
+
+// EntryObserver records the entries one group commit writes.
+type EntryObserver struct {
+	requests, linger prometheus.Observer
+}
+
+// GroupCommit returns the observer of the group commit of kind
+// ("register", "claim", "release").
+func GroupCommit(kind string) *EntryObserver {
+	return &EntryObserver{requests: entryRequests.WithLabelValues(kind), linger: entryLinger.WithLabelValues(kind)}
+}
+
+// Entry records one entry: the requests it carried, and how long it
+// lingered (0: it did not wait, and only the requests are recorded).
+func (o *EntryObserver) Entry(requests int, lingered time.Duration) {
+	if o == nil {
+		return
+	}
+	o.requests.Observe(float64(requests))
+	if lingered > 0 {
+		o.linger.Observe(lingered.Seconds())
+	}
 }
 
 // SetQueueDepthFunc installs the callback that reports the volume watcher's

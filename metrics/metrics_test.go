@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	gometrics "github.com/hashicorp/go-metrics/compat"
 	"github.com/shoenig/test/must"
 
 	"github.com/volplane/volplane/structs"
@@ -149,4 +150,46 @@ func TestMetrics_NomadJSON(t *testing.T) {
 	for _, want := range []string{"volplane_volumewatcher_queue_depth", "go_goroutines"} {
 		must.True(t, gauges[want], must.Sprint(want))
 	}
+}
+
+func TestGroupCommit_CountsRequestsAndLingers(t *testing.T) {
+	o := GroupCommit("test-kind")
+	before := scrape(t)
+	o.Entry(3, 0)
+	o.Entry(2, 1500*time.Microsecond)
+	var none *EntryObserver
+	none.Entry(9, time.Second) // a group commit without an observer records nothing
+
+	text := scrape(t)
+	for series, delta := range map[string]float64{
+		`volplane_raft_entry_requests_count{kind="test-kind"}`:                   2,
+		`volplane_raft_entry_requests_sum{kind="test-kind"}`:                     5,
+		`volplane_raft_entry_requests_bucket{kind="test-kind",le="2"}`:           1,
+		`volplane_raft_entry_linger_seconds_count{kind="test-kind"}`:             1,
+		`volplane_raft_entry_linger_seconds_bucket{kind="test-kind",le="0.002"}`: 1,
+		`volplane_raft_entry_linger_seconds_bucket{kind="test-kind",le="0.001"}`: 0,
+	} {
+		must.Eq(t, delta, value(t, text, series)-value(t, before, series), must.Sprint(series))
+	}
+}
+
+func TestRaftSink_GoMetricsReachTheRegistry(t *testing.T) {
+	InstallRaftSink()
+	InstallRaftSink() // once per process; a second call changes nothing
+	gometrics.MeasureSince([]string{"raft", "test", "timer"}, time.Now().Add(-3*time.Millisecond))
+	gometrics.IncrCounterWithLabels([]string{"raft", "test", "counter"}, 2, []gometrics.Label{{Name: "peer_id", Value: "p1"}})
+
+	text := scrape(t)
+	must.Eq(t, 1, value(t, text, "volplane_raft_test_timer_count"))
+	must.GreaterEq(t, 3, value(t, text, "volplane_raft_test_timer_sum")) // milliseconds
+	must.Eq(t, 2, value(t, text, `volplane_raft_test_counter{peer_id="p1"}`))
+
+	// Nomad's JSON form carries them too.
+	s, err := Gather(time.Now())
+	must.NoError(t, err)
+	var found bool
+	for _, v := range s.Samples {
+		found = found || v.Name == "volplane_raft_test_timer" && v.Count == 1
+	}
+	must.True(t, found, must.Sprint("no volplane_raft_test_timer sample in ", s.Samples))
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/volplane/volplane/metrics"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -52,8 +53,20 @@ func newEntryBatcher(s *Server, batch structs.MessageType) *entryBatcher {
 		weight:    func(p *pendingEntry) int { return len(p.entry) },
 		maxWeight: structs.MaxEntryBatchBytes,
 		linger:    entryLinger,
+		observe:   metrics.GroupCommit(entryKind(batch)),
 	}
 	return b
+}
+
+// entryKind names a batch type in the group-commit metrics.
+func entryKind(batch structs.MessageType) string {
+	switch batch {
+	case structs.CSIVolumeRegisterBatchRequestType:
+		return "register"
+	case structs.CSIVolumeClaimBatchRequestType:
+		return "claim"
+	}
+	return batch.String()
 }
 
 // Apply commits req, which the endpoint has checked and stamped, and

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/volplane/volplane/metrics"
 )
 
 // groupCommit writes items through Raft many to an entry: callers each
@@ -44,6 +46,8 @@ type groupCommit[T any] struct {
 	// linger bounds how long an entry waits for the callers expected
 	// back (0: it never waits).
 	linger time.Duration
+	// observe, when set, records each entry's requests and linger.
+	observe *metrics.EntryObserver
 
 	mu       sync.Mutex
 	pending  []*groupItem[T]
@@ -103,27 +107,29 @@ func (g *groupCommit[T]) flush(own <-chan struct{}) {
 			go g.flush(nil)
 			return
 		}
-		g.lingerLocked()
+		lingered := g.lingerLocked()
 		batch := g.next()
 		g.inFlight = len(batch)
 		g.seen = g.inFlight + len(g.pending)
 		g.mu.Unlock()
+		g.observe.Entry(len(batch), lingered)
 		g.writeBatch(batch)
 	}
 }
 
 // lingerLocked holds the next entry back while fewer items are queued than
 // the last write expects back, and the entry has room for more: until
-// they are, or linger has passed since the last write ended. g.mu is held,
-// and released while it waits.
-func (g *groupCommit[T]) lingerLocked() {
+// they are, or linger has passed since the last write ended, and returns
+// how long it waited. g.mu is held, and released while it waits.
+func (g *groupCommit[T]) lingerLocked() time.Duration {
 	if g.linger <= 0 || len(g.pending) >= g.expected || g.full() {
-		return
+		return 0
 	}
 	wait := time.Until(g.lastDone.Add(g.linger))
 	if wait <= 0 {
-		return
+		return 0
 	}
+	start := time.Now()
 	if g.arrived == nil {
 		g.arrived = make(chan struct{}, 1)
 	}
@@ -136,9 +142,10 @@ func (g *groupCommit[T]) lingerLocked() {
 			g.mu.Lock()
 		case <-timer.C:
 			g.mu.Lock()
-			return
+			return time.Since(start)
 		}
 	}
+	return time.Since(start)
 }
 
 // full reports whether the queued items fill an entry; g.mu is held.

@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/go-uuid"
 	"github.com/hashicorp/raft"
+
+	"github.com/volplane/volplane/metrics"
 )
 
 // raftDrainTimeout bounds how long a shutdown waits for the Raft
@@ -67,6 +69,12 @@ func (s *Server) setupRaft() error {
 	conf := *s.config.RaftConfig
 	conf.LocalID = raft.ServerID(s.nodeID)
 	conf.Logger = s.config.Logger.Named("raft")
+	// Raft's figures go to GET /v1/metrics (metrics.InstallRaftSink),
+	// with the follower a replication figure is about as its peer_id
+	// label only: the legacy copies with the ID in the metric's name
+	// would add series per server ever known.
+	metrics.InstallRaftSink()
+	conf.NoLegacyTelemetry = true
 	// A leader that commits its own removal (remove-peer naming it) steps
 	// down and keeps its Raft, as Nomad's servers do: the server is still
 	// running, its join loop asks to be added again, and it follows once

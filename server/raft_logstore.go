@@ -12,7 +12,16 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	raftwal "github.com/hashicorp/raft-wal"
+	walmetrics "github.com/hashicorp/raft-wal/metrics"
 )
+
+// walMetrics sends raft-wal's figures (appends, bytes written, segment
+// rotations, truncations) to the process's go-metrics sink as
+// raft.wal.*, as raft-boltdb's go there as raft.boltdb.*. Made when the
+// store opens: the collector keeps the sink installed at that moment.
+func walMetrics() walmetrics.Collector {
+	return walmetrics.NewGoMetricsCollector([]string{"raft", "wal"}, nil, nil)
+}
 
 // The Raft log store backends, named as Consul's raft_logstore.backend.
 //
@@ -155,9 +164,9 @@ func openLogStore(dir, asked string, walSegmentSize int, logger hclog.Logger) (r
 			return raftStores{}, fmt.Errorf("creating the raft log dir: %w", err)
 		}
 		if walSegmentSize > 0 {
-			store, err = raftwal.Open(walDir, raftwal.WithLogger(logger), raftwal.WithSegmentSize(walSegmentSize))
+			store, err = raftwal.Open(walDir, raftwal.WithLogger(logger), raftwal.WithMetricsCollector(walMetrics()), raftwal.WithSegmentSize(walSegmentSize))
 		} else {
-			store, err = raftwal.Open(walDir, raftwal.WithLogger(logger))
+			store, err = raftwal.Open(walDir, raftwal.WithLogger(logger), raftwal.WithMetricsCollector(walMetrics()))
 		}
 	case LogStoreBoltDB:
 		store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, raftDBFile)})

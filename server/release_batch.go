@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/volplane/volplane/metrics"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -32,7 +33,7 @@ type pendingCheckpoint struct {
 
 func newCheckpointBatcher(apply func(structs.MessageType, any) (any, uint64, error), applied func(structs.MessageType) bool, max int) *checkpointBatcher {
 	b := &checkpointBatcher{apply: apply, applied: applied}
-	b.groupCommit = groupCommit[pendingCheckpoint]{write: b.write, max: max}
+	b.groupCommit = groupCommit[pendingCheckpoint]{write: b.write, max: max, observe: metrics.GroupCommit("release")}
 	return b
 }
 

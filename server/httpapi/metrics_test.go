@@ -5,11 +5,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/mock"
 	"github.com/volplane/volplane/server"
 	"github.com/volplane/volplane/server/httpapi"
 	"github.com/volplane/volplane/structs"
@@ -85,4 +87,87 @@ func TestMetrics_RealServerNomadJSON(t *testing.T) {
 	}, name string) bool {
 		return g.Name == name
 	})
+}
+
+// TestMetrics_RaftAndGroupCommit scrapes a 3-server cluster's leader after
+// concurrent registers, on each log store: Raft's own figures are there
+// (hashicorp/raft's and the log store's, through go-metrics), a follower
+// named only in a label, never in a metric's name; and the group commit's
+// entries are counted with every request they carried.
+func TestMetrics_RaftAndGroupCommit(t *testing.T) {
+	for backend, storeSeries := range map[string]string{
+		server.LogStoreBoltDB: `volplane_raft_boltdb_storeLogs_count `,
+		server.LogStoreWAL:    `volplane_raft_wal_log_appends `,
+	} {
+		t.Run(backend, func(t *testing.T) {
+			testRaftAndGroupCommitMetrics(t, backend, storeSeries)
+		})
+	}
+}
+
+func testRaftAndGroupCommitMetrics(t *testing.T, backend, storeSeries string) {
+	servers := server.TestCluster(t, 3, func(_ int, c *server.Config) { c.RaftLogStore = backend })
+	leader := server.WaitForLeader(t, servers...)
+	scrape := func() string {
+		resp, err := http.Get("http://" + leader.HTTPAddr() + "/v1/metrics?format=prometheus")
+		must.NoError(t, err)
+		defer resp.Body.Close()
+		must.Eq(t, http.StatusOK, resp.StatusCode)
+		b, err := io.ReadAll(resp.Body)
+		must.NoError(t, err)
+		return string(b)
+	}
+	const requestsSum = `volplane_raft_entry_requests_sum{kind="register"}`
+	before := seriesValue(t, scrape(), requestsSum)
+
+	var nodeResp structs.NodeUpdateResponse
+	must.NoError(t, leader.RPC("Node.Register", &structs.NodeRegisterRequest{Node: mock.Node("dev")}, &nodeResp))
+	const registers = 16
+	errs := make(chan error, registers)
+	for range registers {
+		go func() {
+			vol := mock.CSIVolume("dev")
+			errs <- leader.RPC("CSIVolume.Register", &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{vol}},
+				&structs.CSIVolumeRegisterResponse{})
+		}()
+	}
+	for range registers {
+		must.NoError(t, <-errs)
+	}
+
+	text := scrape()
+	// The registry is the process's, which other tests' servers share: at
+	// least this test's registers were counted.
+	must.GreaterEq(t, float64(registers), seriesValue(t, text, requestsSum)-before)
+	for _, want := range []string{
+		`volplane_raft_entry_requests_count{kind="register"}`,
+		`volplane_raft_commitTime_count `,
+		`volplane_raft_leader_dispatchLog_count `,
+		`volplane_raft_fsm_applyBatch_count `,
+		storeSeries,
+		`volplane_raft_replication_appendEntries_rpc_count{peer_id="`,
+	} {
+		must.StrContains(t, text, want)
+	}
+	for _, s := range servers {
+		for _, line := range strings.Split(text, "\n") {
+			name, _, _ := strings.Cut(line, "{")
+			must.StrNotContains(t, name, strings.ReplaceAll(s.NodeID(), "-", "_"),
+				must.Sprint("a metric named after a server: ", line))
+		}
+	}
+}
+
+// seriesValue is one series' value in a Prometheus text scrape, 0 when it
+// is absent.
+func seriesValue(t *testing.T, text, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			must.NoError(t, err)
+			return f
+		}
+	}
+	return 0
 }
