@@ -511,6 +511,7 @@ func runHTTPNomad(ctx context.Context, cfg *Config, dir string, rep *Report) (er
 		bare := baselineSide(ctx, base, writers)
 		bare.name = "bare raft"
 		sides := []*side{registerSide("nomad", nc.leader.httpAddr, writers, client), registerSide("volplane", leader.httpAddr, writers, client), bare}
+		before, metricsErr := pc.clusterMetrics(ctx)
 		err := interleave(cfg, PhaseHTTPNomad, writers, ops, min(cfg.Rounds, ops), sides)
 		// Each level's connections go: they count against the servers'
 		// per-address limits.
@@ -519,6 +520,15 @@ func runHTTPNomad(ctx context.Context, cfg *Config, dir string, rep *Report) (er
 			return err
 		}
 		rep.addNomad(writers, entryBytes, &sides[0].s, &sides[1].s, &sides[2].s)
+		var after map[*procServer]metricTotals
+		if metricsErr == nil {
+			after, metricsErr = pc.clusterMetrics(ctx)
+		}
+		if metricsErr != nil {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("http-nomad: no breakdown of volplane's writes with %d writers: reading its metrics: %v", writers, metricsErr))
+		} else {
+			rep.volplaneResult(PhaseHTTPNomad, writers).Breakdown = writeBreakdown(leader, before, after)
+		}
 	}
 	if now, err := pc.agreedLeader(ctx); err != nil || now != leader {
 		rep.Notes = append(rep.Notes, "the volplane leader changed during the http-nomad phase: figures are skewed")
@@ -527,6 +537,17 @@ func runHTTPNomad(ctx context.Context, cfg *Config, dir string, rep *Report) (er
 		rep.Notes = append(rep.Notes, "the Nomad leader changed during the http-nomad phase: figures are skewed")
 	}
 	return nil
+}
+
+// volplaneResult is the last result of phase at writers measured on
+// volplane's side.
+func (r *Report) volplaneResult(phase string, writers int) *Result {
+	for i := len(r.Results) - 1; i >= 0; i-- {
+		if res := &r.Results[i]; res.Phase == phase && res.Concurrency == writers && res.Cluster == "volplane" {
+			return res
+		}
+	}
+	return &Result{} // not reached: addNomad added it
 }
 
 // addNomad adds an http-nomad level: Nomad's figures, then volplane's with

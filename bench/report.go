@@ -121,10 +121,13 @@ type Result struct {
 	// CPUMsPerOp per operation; IdleCores is the process's CPU per second
 	// with nothing to do. The process holds every server, the agents and
 	// the benchmark, so these bound the leader's.
-	CPUSeconds float64 `json:"cpu_s,omitempty"`
-	CPUCores   float64 `json:"cpu_cores,omitempty"`
-	CPUMsPerOp float64 `json:"cpu_ms_per_op,omitempty"`
-	IdleCores  float64 `json:"idle_cores,omitempty"`
+	// Breakdown is, for volplane's side of the http-nomad phase, where
+	// its registers' time went, from its agents' metrics.
+	Breakdown  *WriteBreakdown `json:"write_breakdown,omitempty"`
+	CPUSeconds float64         `json:"cpu_s,omitempty"`
+	CPUCores   float64         `json:"cpu_cores,omitempty"`
+	CPUMsPerOp float64         `json:"cpu_ms_per_op,omitempty"`
+	IdleCores  float64         `json:"idle_cores,omitempty"`
 	// GoroutinesBefore is the process's goroutine count just before the
 	// window, GoroutinesPeak the most sampled in it.
 	GoroutinesBefore int `json:"goroutines_before,omitempty"`
@@ -461,6 +464,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 			name = fmt.Sprintf("%s (%s)", res.Phase, res.Cluster)
 		}
 		fmt.Fprintf(w, "%s: %s\n", name, res.Detail)
+	}
+	for _, res := range r.Results {
+		if res.Breakdown != nil {
+			fmt.Fprintf(w, "%s (%s) with %d writers: %s\n", res.Phase, res.Cluster, res.Concurrency, res.Breakdown)
+		}
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)

@@ -146,8 +146,13 @@ Usage: volplane bench [options]
             register's size at the same concurrency (what the Raft stack
             alone does). Target: volplane's ops/s >= %gx Nomad's with %d
             writers, as the median over the rounds of the two clusters'
-            ratio within a round. Skipped, with one line, when there is no
-            Nomad binary.
+            ratio within a round. Under the table, for each level, where
+            volplane's time went, from its agents' /v1/metrics read before
+            and after: the register entries, the registers each carried and
+            the linger, and per entry the leader's log write, an append's
+            round trip to a follower and its log write, the commit and the
+            leader's apply. Skipped, with one line, when there is no Nomad
+            binary.
   memory    Not run by default (-phases=all or -phases=memory). A one-server
             cluster in this process registers -memory-volumes volumes; its
             heap in use after a full GC is measured, a Raft snapshot taken,

@@ -1,0 +1,124 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/volplane/volplane/metrics"
+)
+
+// WriteBreakdown is where the time of a level's registers went on the
+// volplane cluster of the http-nomad phase, from the agents' own
+// /v1/metrics read before and after the level: the group commit's entries
+// and, per entry, Raft's figures. Only that level's registers write to the
+// cluster meanwhile, so the differences are theirs.
+type WriteBreakdown struct {
+	// Entries is how many register entries the leader wrote, and
+	// RequestsPerEntry the registers each carried on average.
+	Entries          int     `json:"entries"`
+	RequestsPerEntry float64 `json:"requests_per_entry"`
+	// Lingered is the share of entries that waited for callers, and
+	// LingerMs their mean wait.
+	Lingered float64 `json:"lingered"`
+	LingerMs float64 `json:"linger_ms"`
+	// LeaderLogMs is the leader's write of an entry to its log
+	// (raft.leader.dispatchLog), FollowerLogMs a follower's
+	// (raft.rpc.appendEntries.storeLogs, over both followers), AppendRTTMs
+	// an append's round trip from the leader (raft.replication.
+	// appendEntries.rpc, over both followers), CommitMs the time from an
+	// entry's dispatch to its commit (raft.commitTime), and ApplyMs the
+	// leader's state machine apply of a batch (raft.fsm.applyBatch); all
+	// means in milliseconds.
+	LeaderLogMs   float64 `json:"leader_log_ms"`
+	FollowerLogMs float64 `json:"follower_log_ms"`
+	AppendRTTMs   float64 `json:"append_rtt_ms"`
+	CommitMs      float64 `json:"commit_ms"`
+	ApplyMs       float64 `json:"apply_ms"`
+}
+
+// String is the breakdown as a sentence.
+func (b *WriteBreakdown) String() string {
+	return fmt.Sprintf("%d entries of %.1f registers, %.0f%% of them lingering %.2f ms for callers; per entry: "+
+		"the leader's log write %.2f ms, an append's round trip %.2f ms (a follower's log write %.2f ms of it), "+
+		"dispatch to commit %.2f ms, the leader's apply %.2f ms",
+		b.Entries, b.RequestsPerEntry, 100*b.Lingered, b.LingerMs, b.LeaderLogMs, b.AppendRTTMs, b.FollowerLogMs, b.CommitMs, b.ApplyMs)
+}
+
+// metricTotals is the count and sum of each sample of one server's
+// /v1/metrics, by name and labels.
+type metricTotals map[string]struct {
+	count int
+	sum   float64
+}
+
+// clusterMetrics reads every server's /v1/metrics (Nomad's JSON form).
+func (c *procCluster) clusterMetrics(ctx context.Context) (map[*procServer]metricTotals, error) {
+	out := make(map[*procServer]metricTotals, len(c.servers))
+	for _, s := range c.servers {
+		var sum metrics.Summary
+		if err := c.get(ctx, s, "/v1/metrics", &sum); err != nil {
+			return nil, err
+		}
+		t := metricTotals{}
+		for _, v := range sum.Samples {
+			key := v.Name
+			for _, l := range []string{"kind", "peer_id"} {
+				if lv, ok := v.Labels[l]; ok {
+					key += "{" + l + "=" + lv + "}"
+				}
+			}
+			t[key] = struct {
+				count int
+				sum   float64
+			}{v.Count, v.Sum}
+		}
+		out[s] = t
+	}
+	return out, nil
+}
+
+// writeBreakdown computes the breakdown of what the leader and the other
+// servers counted between before and after.
+func writeBreakdown(leader *procServer, before, after map[*procServer]metricTotals) *WriteBreakdown {
+	// delta sums the count and sum differences of the samples whose key
+	// starts with prefix on the servers for which on says so.
+	delta := func(prefix string, on func(*procServer) bool) (count int, sum float64) {
+		for s, a := range after {
+			if !on(s) {
+				continue
+			}
+			for key, v := range a {
+				if key == prefix || strings.HasPrefix(key, prefix+"{") {
+					b := before[s][key]
+					count += v.count - b.count
+					sum += v.sum - b.sum
+				}
+			}
+		}
+		return count, sum
+	}
+	isLeader := func(s *procServer) bool { return s == leader }
+	isFollower := func(s *procServer) bool { return s != leader }
+	mean := func(count int, sum float64) float64 {
+		if count <= 0 {
+			return 0
+		}
+		return sum / float64(count)
+	}
+	b := &WriteBreakdown{}
+	var requests float64
+	b.Entries, requests = delta(`volplane_raft_entry_requests{kind=register}`, isLeader)
+	b.RequestsPerEntry = mean(b.Entries, requests)
+	lingered, lingerS := delta(`volplane_raft_entry_linger_seconds{kind=register}`, isLeader)
+	if b.Entries > 0 {
+		b.Lingered = float64(lingered) / float64(b.Entries)
+	}
+	b.LingerMs = 1000 * mean(lingered, lingerS)
+	b.LeaderLogMs = mean(delta("volplane_raft_leader_dispatchLog", isLeader))
+	b.AppendRTTMs = mean(delta("volplane_raft_replication_appendEntries_rpc", isLeader))
+	b.CommitMs = mean(delta("volplane_raft_commitTime", isLeader))
+	b.ApplyMs = mean(delta("volplane_raft_fsm_applyBatch", isLeader))
+	b.FollowerLogMs = mean(delta("volplane_raft_rpc_appendEntries_storeLogs", isFollower))
+	return b
+}
