@@ -7,8 +7,6 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/testutil"
 )
 
 // scrape returns the text exposition the handler serves.
@@ -33,14 +32,7 @@ func scrape(t *testing.T) string {
 // value returns the value of one series in a scrape, 0 when it is absent.
 func value(t *testing.T, text, series string) float64 {
 	t.Helper()
-	for _, line := range strings.Split(text, "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			must.NoError(t, err)
-			return f
-		}
-	}
-	return 0
+	return testutil.SeriesValue(t, text, series)
 }
 
 func TestMetrics_ServedInTextFormat(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/volplane/volplane/server"
 	"github.com/volplane/volplane/server/httpapi"
 	"github.com/volplane/volplane/structs"
+	"github.com/volplane/volplane/testutil"
 )
 
 func TestMetricsRoute_ServesTheHandler(t *testing.T) {
@@ -118,7 +118,7 @@ func testRaftAndGroupCommitMetrics(t *testing.T, backend, storeSeries string) {
 		return string(b)
 	}
 	const requestsSum = `volplane_raft_entry_requests_sum{kind="register"}`
-	before := seriesValue(t, scrape(), requestsSum)
+	before := testutil.SeriesValue(t, scrape(), requestsSum)
 
 	var nodeResp structs.NodeUpdateResponse
 	must.NoError(t, leader.RPC("Node.Register", &structs.NodeRegisterRequest{Node: mock.Node("dev")}, &nodeResp))
@@ -138,7 +138,7 @@ func testRaftAndGroupCommitMetrics(t *testing.T, backend, storeSeries string) {
 	text := scrape()
 	// The registry is the process's, which other tests' servers share: at
 	// least this test's registers were counted.
-	must.GreaterEq(t, float64(registers), seriesValue(t, text, requestsSum)-before)
+	must.GreaterEq(t, float64(registers), testutil.SeriesValue(t, text, requestsSum)-before)
 	for _, want := range []string{
 		`volplane_raft_entry_requests_count{kind="register"}`,
 		`volplane_raft_commitTime_count `,
@@ -156,18 +156,4 @@ func testRaftAndGroupCommitMetrics(t *testing.T, backend, storeSeries string) {
 				must.Sprint("a metric named after a server: ", line))
 		}
 	}
-}
-
-// seriesValue is one series' value in a Prometheus text scrape, 0 when it
-// is absent.
-func seriesValue(t *testing.T, text, series string) float64 {
-	t.Helper()
-	for _, line := range strings.Split(text, "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			must.NoError(t, err)
-			return f
-		}
-	}
-	return 0
 }
