@@ -343,7 +343,8 @@ func (c *Client) newWrite(method, path string, w *WriteOptions) *request {
 }
 
 // do sends r and decodes a 2xx JSON answer into out (when out is not nil and
-// the body is not empty). It returns the response headers for the metadata.
+// the body is not empty), or copies it as it is into out when out is a
+// *[]byte. It returns the response headers for the metadata.
 func (c *Client) do(r *request, out any) (http.Header, time.Duration, error) {
 	// r.path has its variable segments escaped already (see escape), so it
 	// is appended as is rather than through url.URL.Path, which would
@@ -402,6 +403,11 @@ func (c *Client) do(r *request, out any) (http.Header, time.Duration, error) {
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return resp.Header, rtt, fmt.Errorf("reading response from %s: %v", c.Address(), err)
+	}
+	if raw, ok := out.(*[]byte); ok {
+		// The answer as the server sent it, whatever its format.
+		*raw = data
+		return resp.Header, rtt, nil
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return resp.Header, rtt, nil

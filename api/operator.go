@@ -47,6 +47,31 @@ func (o *Operator) removePeer(key, value string, w *WriteOptions) error {
 	return err
 }
 
+// MetricsFormatPrometheus is the format of Metrics that asks for the
+// Prometheus text format rather than JSON.
+const MetricsFormatPrometheus = "prometheus"
+
+// Metrics returns the answering agent's metrics as it sends them: the JSON
+// of structs.MetricsSummary, or with format MetricsFormatPrometheus the
+// Prometheus text format.
+func (o *Operator) Metrics(format string, q *QueryOptions) ([]byte, error) {
+	r := o.c.newQuery(http.MethodGet, "/v1/metrics", q)
+	if format != "" {
+		r.params.Set("format", format)
+	}
+	var raw []byte
+	if _, _, err := o.c.do(r, &raw); err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
+// MetricsSummary returns the answering agent's metrics, decoded.
+func (o *Operator) MetricsSummary(q *QueryOptions) (*structs.MetricsSummary, error) {
+	out, _, err := get[structs.MetricsSummary](o.c, "/v1/metrics", q)
+	return out, err
+}
+
 // Security reports how the answering server is protected.
 func (o *Operator) Security(q *QueryOptions) (*structs.SecurityStatus, error) {
 	out, _, err := get[structs.SecurityStatus](o.c, "/v1/operator/security", q)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/volplane/volplane/metrics"
+	"github.com/volplane/volplane/structs"
 )
 
 // WriteBreakdown is where the time of a level's registers went on the
@@ -56,7 +56,7 @@ type metricTotals map[string]struct {
 func (c *procCluster) clusterMetrics(ctx context.Context) (map[*procServer]metricTotals, error) {
 	out := make(map[*procServer]metricTotals, len(c.servers))
 	for _, s := range c.servers {
-		var sum metrics.Summary
+		var sum structs.MetricsSummary
 		if err := c.get(ctx, s, "/v1/metrics", &sum); err != nil {
 			return nil, err
 		}

@@ -9,61 +9,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/volplane/volplane/structs"
 )
 
-// Summary is the registry in Nomad's JSON form (Nomad's MetricsSummary,
-// which Nomad's client decodes): gauges with their value, counters with
-// their total, histograms and summaries as samples with their count, sum
-// and mean, each under its family name with its labels.
-type Summary struct {
-	Timestamp string
-	Gauges    []GaugeValue
-	Points    []PointValue
-	Counters  []SampledValue
-	Samples   []SampledValue
-}
-
-// GaugeValue is one gauge, as Nomad's.
-type GaugeValue struct {
-	Name   string
-	Hash   string `json:"-"`
-	Value  float32
-	Labels map[string]string
-}
-
-// PointValue is Nomad's; volplane has none.
-type PointValue struct {
-	Name   string
-	Points []float32
-}
-
-// SampledValue is one counter or distribution, as Nomad's. A counter's
-// Count is 1 and its Sum, Min, Max and Mean its total: Prometheus counters
-// are totals since the start, not Nomad's samples of an interval.
-type SampledValue struct {
-	Name   string
-	Count  int
-	Rate   float64
-	Sum    float64
-	Min    float64
-	Max    float64
-	Mean   float64
-	Stddev float64
-	Labels map[string]string
-}
-
-// Gather reads the registry into Nomad's JSON form, at now.
-func Gather(now time.Time) (*Summary, error) {
+// Gather reads the registry into Nomad's JSON form
+// (structs.MetricsSummary), at now.
+func Gather(now time.Time) (*structs.MetricsSummary, error) {
 	return gatherFrom(registry, now)
 }
 
-func gatherFrom(g prometheus.Gatherer, now time.Time) (*Summary, error) {
+func gatherFrom(g prometheus.Gatherer, now time.Time) (*structs.MetricsSummary, error) {
 	families, err := g.Gather()
 	if err != nil {
 		return nil, err
 	}
-	s := &Summary{Timestamp: now.UTC().Format("2006-01-02 15:04:05 -0700 MST"),
-		Gauges: []GaugeValue{}, Points: []PointValue{}, Counters: []SampledValue{}, Samples: []SampledValue{}}
+	s := &structs.MetricsSummary{Timestamp: now.UTC().Format("2006-01-02 15:04:05 -0700 MST"),
+		Gauges: []structs.GaugeValue{}, Points: []structs.PointValue{}, Counters: []structs.SampledValue{}, Samples: []structs.SampledValue{}}
 	for _, f := range families {
 		name := f.GetName()
 		for _, m := range f.GetMetric() {
@@ -73,12 +35,12 @@ func gatherFrom(g prometheus.Gatherer, now time.Time) (*Summary, error) {
 			}
 			switch f.GetType() {
 			case dto.MetricType_GAUGE:
-				s.Gauges = append(s.Gauges, GaugeValue{Name: name, Value: float32(m.GetGauge().GetValue()), Labels: labels})
+				s.Gauges = append(s.Gauges, structs.GaugeValue{Name: name, Value: float32(m.GetGauge().GetValue()), Labels: labels})
 			case dto.MetricType_UNTYPED:
-				s.Gauges = append(s.Gauges, GaugeValue{Name: name, Value: float32(m.GetUntyped().GetValue()), Labels: labels})
+				s.Gauges = append(s.Gauges, structs.GaugeValue{Name: name, Value: float32(m.GetUntyped().GetValue()), Labels: labels})
 			case dto.MetricType_COUNTER:
 				v := m.GetCounter().GetValue()
-				s.Counters = append(s.Counters, SampledValue{Name: name, Count: 1, Rate: v, Sum: v, Min: v, Max: v, Mean: v, Labels: labels})
+				s.Counters = append(s.Counters, structs.SampledValue{Name: name, Count: 1, Rate: v, Sum: v, Min: v, Max: v, Mean: v, Labels: labels})
 			case dto.MetricType_HISTOGRAM:
 				h := m.GetHistogram()
 				s.Samples = append(s.Samples, sampled(name, h.GetSampleCount(), h.GetSampleSum(), labels))
@@ -92,8 +54,8 @@ func gatherFrom(g prometheus.Gatherer, now time.Time) (*Summary, error) {
 	return s, nil
 }
 
-func sampled(name string, count uint64, sum float64, labels map[string]string) SampledValue {
-	v := SampledValue{Name: name, Count: int(count), Sum: sum, Labels: labels}
+func sampled(name string, count uint64, sum float64, labels map[string]string) structs.SampledValue {
+	v := structs.SampledValue{Name: name, Count: int(count), Sum: sum, Labels: labels}
 	if count > 0 {
 		v.Mean = sum / float64(count)
 	}
@@ -105,7 +67,7 @@ func sampled(name string, count uint64, sum float64, labels map[string]string) S
 const maxScrapes = 4
 
 // Handler serves the registry at GET /v1/metrics as Nomad's does: JSON
-// (Summary) by default, the Prometheus text format with ?format=prometheus.
+// (structs.MetricsSummary) by default, the Prometheus text format with ?format=prometheus.
 // Reads are bounded to a few at once; past that, a 503.
 func Handler() http.Handler {
 	text := promhttp.HandlerFor(registry, promhttp.HandlerOpts{MaxRequestsInFlight: maxScrapes})

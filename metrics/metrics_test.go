@@ -116,12 +116,12 @@ func TestMetrics_NomadJSON(t *testing.T) {
 	Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/metrics", nil))
 	must.Eq(t, http.StatusOK, rec.Code)
 	must.Eq(t, "application/json", rec.Header().Get("Content-Type"))
-	var s Summary
+	var s structs.MetricsSummary
 	must.NoError(t, json.NewDecoder(rec.Body).Decode(&s))
 	_, err = time.Parse("2006-01-02 15:04:05 -0700 MST", s.Timestamp)
 	must.NoError(t, err)
 
-	find := func(list []SampledValue, name string, labels map[string]string) *SampledValue {
+	find := func(list []structs.SampledValue, name string, labels map[string]string) *structs.SampledValue {
 		for i := range list {
 			if list[i].Name == name && maps.Equal(list[i].Labels, labels) {
 				return &list[i]
