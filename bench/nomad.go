@@ -526,8 +526,8 @@ func runHTTPNomad(ctx context.Context, cfg *Config, dir string, rep *Report) (er
 		}
 		if metricsErr != nil {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("http-nomad: no breakdown of volplane's writes with %d writers: reading its metrics: %v", writers, metricsErr))
-		} else {
-			rep.volplaneResult(PhaseHTTPNomad, writers).Breakdown = writeBreakdown(leader, before, after)
+		} else if res := rep.volplaneResult(PhaseHTTPNomad, writers); res != nil {
+			res.Breakdown = writeBreakdown(leader, before, after)
 		}
 	}
 	if now, err := pc.agreedLeader(ctx); err != nil || now != leader {
@@ -540,14 +540,14 @@ func runHTTPNomad(ctx context.Context, cfg *Config, dir string, rep *Report) (er
 }
 
 // volplaneResult is the last result of phase at writers measured on
-// volplane's side.
+// volplane's side, nil when there is none.
 func (r *Report) volplaneResult(phase string, writers int) *Result {
 	for i := len(r.Results) - 1; i >= 0; i-- {
 		if res := &r.Results[i]; res.Phase == phase && res.Concurrency == writers && res.Cluster == "volplane" {
 			return res
 		}
 	}
-	return &Result{} // not reached: addNomad added it
+	return nil
 }
 
 // addNomad adds an http-nomad level: Nomad's figures, then volplane's with

@@ -23,26 +23,29 @@ type WriteBreakdown struct {
 	Lingered float64 `json:"lingered"`
 	LingerMs float64 `json:"linger_ms"`
 	// LeaderLogMs is the leader's write of an entry to its log
-	// (raft.leader.dispatchLog), FollowerLogMs a follower's
-	// (raft.rpc.appendEntries.storeLogs, over both followers), AppendRTTMs
-	// an append's round trip from the leader (raft.replication.
-	// appendEntries.rpc, over both followers), CommitMs the time from an
-	// entry's dispatch to its commit (raft.commitTime), and ApplyMs the
-	// leader's state machine apply of a batch (raft.fsm.applyBatch); all
-	// means in milliseconds.
-	LeaderLogMs   float64 `json:"leader_log_ms"`
-	FollowerLogMs float64 `json:"follower_log_ms"`
-	AppendRTTMs   float64 `json:"append_rtt_ms"`
-	CommitMs      float64 `json:"commit_ms"`
-	ApplyMs       float64 `json:"apply_ms"`
+	// (raft.leader.dispatchLog), CommitMs the time from an entry's
+	// dispatch to its commit (raft.commitTime), FollowerWaitMs the
+	// difference, the wait for a follower once the leader's own write is
+	// done (an append's round trip to the quicker follower, its log write
+	// included), FollowerLogMs a follower's write of the entries an append
+	// carried (raft.rpc.appendEntries.storeLogs, over both followers), and
+	// ApplyMs the leader's state machine apply of a batch
+	// (raft.fsm.applyBatch); all means in milliseconds. Raft's own append
+	// round-trip timer is not used: it also counts the empty appends an
+	// idle leader sends to pass on its commit index.
+	LeaderLogMs    float64 `json:"leader_log_ms"`
+	CommitMs       float64 `json:"commit_ms"`
+	FollowerWaitMs float64 `json:"follower_wait_ms"`
+	FollowerLogMs  float64 `json:"follower_log_ms"`
+	ApplyMs        float64 `json:"apply_ms"`
 }
 
 // String is the breakdown as a sentence.
 func (b *WriteBreakdown) String() string {
 	return fmt.Sprintf("%d entries of %.1f registers, %.0f%% of them lingering %.2f ms for callers; per entry: "+
-		"the leader's log write %.2f ms, an append's round trip %.2f ms (a follower's log write %.2f ms of it), "+
+		"the leader's log write %.2f ms, then %.2f ms waiting for a follower (a follower's log write %.2f ms), "+
 		"dispatch to commit %.2f ms, the leader's apply %.2f ms",
-		b.Entries, b.RequestsPerEntry, 100*b.Lingered, b.LingerMs, b.LeaderLogMs, b.AppendRTTMs, b.FollowerLogMs, b.CommitMs, b.ApplyMs)
+		b.Entries, b.RequestsPerEntry, 100*b.Lingered, b.LingerMs, b.LeaderLogMs, b.FollowerWaitMs, b.FollowerLogMs, b.CommitMs, b.ApplyMs)
 }
 
 // metricTotals is the count and sum of each sample of one server's
@@ -116,8 +119,10 @@ func writeBreakdown(leader *procServer, before, after map[*procServer]metricTota
 	}
 	b.LingerMs = 1000 * mean(lingered, lingerS)
 	b.LeaderLogMs = mean(delta("volplane_raft_leader_dispatchLog", isLeader))
-	b.AppendRTTMs = mean(delta("volplane_raft_replication_appendEntries_rpc", isLeader))
 	b.CommitMs = mean(delta("volplane_raft_commitTime", isLeader))
+	if b.CommitMs > b.LeaderLogMs {
+		b.FollowerWaitMs = b.CommitMs - b.LeaderLogMs
+	}
 	b.ApplyMs = mean(delta("volplane_raft_fsm_applyBatch", isLeader))
 	b.FollowerLogMs = mean(delta("volplane_raft_rpc_appendEntries_storeLogs", isFollower))
 	return b

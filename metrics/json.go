@@ -67,7 +67,8 @@ func sampled(name string, count uint64, sum float64, labels map[string]string) s
 const maxScrapes = 4
 
 // Handler serves the registry at GET /v1/metrics as Nomad's does: JSON
-// (structs.MetricsSummary) by default, the Prometheus text format with ?format=prometheus.
+// (structs.MetricsSummary, indented with ?pretty) by default, the
+// Prometheus text format with ?format=prometheus.
 // Reads are bounded to a few at once; past that, a 503.
 func Handler() http.Handler {
 	text := promhttp.HandlerFor(registry, promhttp.HandlerOpts{MaxRequestsInFlight: maxScrapes})
@@ -90,6 +91,12 @@ func Handler() http.Handler {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(s)
+		enc := json.NewEncoder(w)
+		if _, pretty := r.URL.Query()["pretty"]; pretty {
+			// As Nomad's API indents, which Nomad's "operator metrics
+			// -pretty" asks for.
+			enc.SetIndent("", "    ")
+		}
+		_ = enc.Encode(s)
 	})
 }

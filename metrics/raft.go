@@ -22,10 +22,11 @@ import (
 //	volplane_raft_fsm_applyBatch                           the state machine's apply of a batch of entries (ms)
 //	volplane_raft_boltdb_storeLogs, volplane_raft_wal_*    the log store's own figures, per backend
 //
-// and the rest of what those libraries emit. Timers are summaries (0.5,
-// 0.9 and 0.99 quantiles over the last ten minutes, with _sum and _count)
-// in milliseconds. A series not updated for raftMetricsExpiry goes, so a
-// server that stopped leading stops showing the leader's figures.
+// and the rest of what those libraries emit. Timers are summaries in
+// milliseconds: the 0.5, 0.9 and 0.99 quantiles of the last 10 seconds
+// (the sink's window), with _sum and _count since the series began. A
+// series not updated for raftMetricsExpiry goes, so a server that stopped
+// leading stops showing the leader's figures.
 
 // raftMetricsService prefixes every go-metrics key.
 const raftMetricsService = "volplane"

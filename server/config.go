@@ -176,6 +176,10 @@ func DefaultConfig() *Config {
 	rc := raft.DefaultConfig()
 	rc.SnapshotThreshold = 8192
 	rc.TrailingLogs = 10240
+	// Replication figures carry the follower as a peer_id label only, not
+	// also in the metric's name (a series per server ever known); the
+	// bench's bare raft side, which takes this configuration, likewise.
+	rc.NoLegacyTelemetry = true
 	if err := SetRaftMultiplier(rc, MinRaftMultiplier); err != nil {
 		panic(err) // the base timings are constants
 	}

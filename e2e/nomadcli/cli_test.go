@@ -145,8 +145,9 @@ func TestNomadCLI_DevAgent(t *testing.T) {
 	n.ok(t, "system", "gc")
 	// Nomad's metrics command reads the JSON and the Prometheus text; the
 	// Raft figures are there under volplane's name.
-	if out := n.ok(t, "operator", "metrics", "-pretty"); !strings.Contains(out, `"volplane_raft_commitTime"`) {
-		t.Errorf("nomad operator metrics -pretty: no volplane_raft_commitTime sample in:\n%s", out)
+	// -pretty asks the agent to indent (?pretty).
+	if out := n.ok(t, "operator", "metrics", "-pretty"); !strings.Contains(out, `"Name": "volplane_raft_commitTime"`) {
+		t.Errorf("nomad operator metrics -pretty: no indented volplane_raft_commitTime sample in:\n%s", out)
 	}
 	if out := n.ok(t, "operator", "metrics", "-format", "prometheus"); !strings.Contains(out, "volplane_raft_entry_requests_count{kind=\"register\"}") {
 		t.Errorf("nomad operator metrics -format prometheus: no volplane_raft_entry_requests in:\n%s", out)
