@@ -21,6 +21,7 @@ func (s *Server) agentInfo() httpapi.AgentInfo {
 	}
 	leader, _ := s.raft.LeaderWithID()
 	info.KnownLeader = leader != ""
+	info.RaftStats = s.raft.Stats()
 	return info
 }
 

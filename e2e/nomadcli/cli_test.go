@@ -140,7 +140,10 @@ func TestNomadCLI_DevAgent(t *testing.T) {
 
 	// The agent and the cluster.
 	n.ok(t, "server", "members")
-	n.ok(t, "agent-info")
+	// agent-info shows Raft's own stats, as Nomad's does.
+	if out := n.ok(t, "agent-info"); !strings.Contains(out, "applied_index") || !strings.Contains(out, "state = Leader") {
+		t.Errorf("nomad agent-info: no Raft stats in:\n%s", out)
+	}
 	n.ok(t, "operator", "raft", "list-peers")
 	n.ok(t, "system", "gc")
 	// Nomad's metrics command reads the JSON and the Prometheus text; the

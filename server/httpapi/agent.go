@@ -27,6 +27,11 @@ type AgentInfo struct {
 	Servers []*structs.RaftServer
 	// KnownLeader is false while the server knows of no leader.
 	KnownLeader bool
+	// RaftStats is Raft's own view of this server (hashicorp/raft's
+	// Stats: state, term, last_log_index, commit_index, applied_index,
+	// fsm_pending, last_contact, ...), which Nomad's agent-info shows
+	// under "raft".
+	RaftStats map[string]string
 }
 
 // agentBuild is the build every member reports (Nomad's "build" tag).
@@ -175,13 +180,25 @@ func (h *handler) agentSelf(w http.ResponseWriter, r *http.Request) (any, error)
 				"server": "true", "leader": leader, "known_regions": "1",
 				"bootstrap": "false", "leader_addr": leaderAddr(info),
 			},
-			"raft": {"num_peers": strconv.Itoa(max(0, len(info.Servers)-1)),
-				"known_leader": strconv.FormatBool(info.KnownLeader)},
+			"raft": raftStats(info),
 			"runtime": {"arch": runtime.GOARCH, "os": runtime.GOOS, "version": runtime.Version(),
 				"goroutines": strconv.Itoa(runtime.NumGoroutine()), "max_procs": strconv.Itoa(runtime.GOMAXPROCS(0)),
 				"cpu_count": strconv.Itoa(runtime.NumCPU())},
 		},
 	}, nil
+}
+
+// raftStats is the "raft" section of the agent's stats: Raft's own, with
+// the peers counted from the configuration this server sees and whether it
+// knows a leader.
+func raftStats(info AgentInfo) map[string]string {
+	stats := make(map[string]string, len(info.RaftStats)+2)
+	for k, v := range info.RaftStats {
+		stats[k] = v
+	}
+	stats["num_peers"] = strconv.Itoa(max(0, len(info.Servers)-1))
+	stats["known_leader"] = strconv.FormatBool(info.KnownLeader)
+	return stats
 }
 
 func leaderAddr(info AgentInfo) string {
