@@ -69,36 +69,12 @@ func (h *handler) agentInfo() (AgentInfo, error) {
 	return h.agent(), nil
 }
 
-// AgentMember is a server as Nomad's AgentMember encodes it (one Serf
-// member; volplane has no Serf, the Raft configuration stands in).
-type AgentMember struct {
-	Name        string
-	Addr        string
-	Port        uint16
-	Tags        map[string]string
-	Status      string
-	ProtocolMin uint8
-	ProtocolMax uint8
-	ProtocolCur uint8
-	DelegateMin uint8
-	DelegateMax uint8
-	DelegateCur uint8
-}
-
-// ServerMembers is the body of GET /v1/agent/members, as Nomad's.
-type ServerMembers struct {
-	ServerName   string
-	ServerRegion string
-	ServerDC     string
-	Members      []*AgentMember
-}
-
 // members turns the Raft configuration into Nomad's members: every server
 // of the configuration is "alive" (a voter that is down still counts in
 // the quorum, which is what an operator reading this wants to see; the
 // Raft configuration route says who leads).
-func members(info AgentInfo) []*AgentMember {
-	out := []*AgentMember{}
+func members(info AgentInfo) []*structs.AgentMember {
+	out := []*structs.AgentMember{}
 	for _, s := range info.Servers {
 		host, portStr, err := net.SplitHostPort(s.Address)
 		if err != nil {
@@ -113,7 +89,7 @@ func members(info AgentInfo) []*AgentMember {
 		if !s.Voter {
 			role = "nonvoter"
 		}
-		out = append(out, &AgentMember{
+		out = append(out, &structs.AgentMember{
 			Name: name + "." + info.Region, Addr: host, Port: uint16(port), Status: "alive",
 			Tags: map[string]string{
 				"role": "nomad", "region": info.Region, "dc": info.Datacenter, "build": agentBuild,
@@ -137,16 +113,8 @@ func (h *handler) agentMembers(w http.ResponseWriter, r *http.Request) (any, err
 		return nil, err
 	}
 	setLocalMeta(w, info.KnownLeader)
-	return &ServerMembers{ServerName: info.Name, ServerRegion: info.Region, ServerDC: info.Datacenter,
+	return &structs.ServerMembers{ServerName: info.Name, ServerRegion: info.Region, ServerDC: info.Datacenter,
 		Members: members(info)}, nil
-}
-
-// AgentSelf is the body of GET /v1/agent/self, as Nomad's: the agent's
-// configuration (what is not secret), its member entry and its stats.
-type AgentSelf struct {
-	Config map[string]any
-	Member *AgentMember
-	Stats  map[string]map[string]string
 }
 
 // agentSelf serves GET /v1/agent/self. Nomad's takes agent read.
@@ -159,7 +127,7 @@ func (h *handler) agentSelf(w http.ResponseWriter, r *http.Request) (any, error)
 		return nil, err
 	}
 	setLocalMeta(w, info.KnownLeader)
-	self := &AgentMember{Name: info.Name + "." + info.Region, Status: "alive", Tags: map[string]string{}}
+	self := &structs.AgentMember{Name: info.Name + "." + info.Region, Status: "alive", Tags: map[string]string{}}
 	leader := "false"
 	for _, m := range members(info) {
 		if m.Tags["id"] == info.NodeID {
@@ -167,7 +135,7 @@ func (h *handler) agentSelf(w http.ResponseWriter, r *http.Request) (any, error)
 			leader = m.Tags["leader"]
 		}
 	}
-	return &AgentSelf{
+	return &structs.AgentSelf{
 		Config: map[string]any{
 			"Region": info.Region, "Datacenter": info.Datacenter, "NodeName": info.Name,
 			"Version":   map[string]any{"Version": agentBuild},

@@ -217,7 +217,7 @@ func TestAgentRoutes(t *testing.T) {
 			return nil
 		}})
 
-	var members ServerMembers
+	var members structs.ServerMembers
 	mustJSON(t, do(t, h, http.MethodGet, "/v1/agent/members", ""), &members)
 	must.Eq(t, "west", members.ServerRegion)
 	must.Len(t, 2, members.Members)
@@ -228,7 +228,7 @@ func TestAgentRoutes(t *testing.T) {
 	must.Eq(t, "true", m.Tags["leader"])
 	must.Eq(t, "dc1", m.Tags["dc"])
 
-	var self AgentSelf
+	var self structs.AgentSelf
 	mustJSON(t, do(t, h, http.MethodGet, "/v1/agent/self", ""), &self)
 	must.Eq(t, "s1.west", self.Member.Name)
 	must.Eq(t, "true", self.Stats["nomad"]["leader"])
