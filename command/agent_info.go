@@ -7,6 +7,9 @@ import (
 	"strings"
 
 	"github.com/hashicorp/cli"
+
+	"github.com/volplane/volplane/api"
+	"github.com/volplane/volplane/structs"
 )
 
 // AgentInfoCommand prints what the answering agent says about itself, as
@@ -32,27 +35,11 @@ Agent Info Options:
 }
 
 func (c *AgentInfoCommand) Run(args []string) int {
-	f := c.FlagSet("agent-info", FlagSetClient)
-	out := c.FormatFlags(f)
-	if ok, code := c.Parse(c, f, args); !ok {
-		return code
-	}
-	if f.NArg() != 0 {
-		return c.UsageError(c, "This command takes no arguments")
-	}
-	client, err := c.Client()
-	if err != nil {
-		return c.Fail("creating client", err)
-	}
-	self, err := client.Agent().Self(nil)
-	if err != nil {
-		return c.Fail("querying agent info", err)
-	}
-	if out.set() {
-		return c.Output(out, self)
-	}
-	c.Ui.Output(agentStats(self.Stats))
-	return 0
+	return runShow(&c.Meta, c, showCommand[*structs.AgentSelf]{
+		name: "agent-info", doing: "querying agent info",
+		get:  func(client *api.Client) (*structs.AgentSelf, error) { return client.Agent().Self(nil) },
+		text: func(self *structs.AgentSelf) string { return agentStats(self.Stats) },
+	}, args)
 }
 
 // agentStats prints stats as Nomad's agent-info does: each section's name,
@@ -90,36 +77,24 @@ Server Members Options:
 }
 
 func (c *ServerMembersCommand) Run(args []string) int {
-	f := c.FlagSet("server members", FlagSetClient)
-	out := c.FormatFlags(f)
-	if ok, code := c.Parse(c, f, args); !ok {
-		return code
-	}
-	if f.NArg() != 0 {
-		return c.UsageError(c, "This command takes no arguments")
-	}
-	client, err := c.Client()
-	if err != nil {
-		return c.Fail("creating client", err)
-	}
-	members, err := client.Agent().Members(nil)
-	if err != nil {
-		return c.Fail("querying servers", err)
-	}
-	if out.set() {
-		return c.Output(out, members)
-	}
-	rows := make([][]string, 0, len(members.Members))
-	for _, m := range members.Members {
-		if m == nil {
-			continue
-		}
-		rows = append(rows, []string{m.Name, m.Addr, strconv.Itoa(int(m.Port)), m.Status, m.Tags["leader"],
-			m.Tags["raft_vsn"], m.Tags["build"], m.Tags["dc"], m.Tags["region"]})
-	}
-	slices.SortFunc(rows, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
-	c.Ui.Output(table([]string{"Name", "Address", "Port", "Status", "Leader", "Raft Version", "Build", "Datacenter", "Region"}, rows))
-	return 0
+	return runList(&c.Meta, c, listCommand[*structs.AgentMember]{
+		name: "server members", doing: "querying servers",
+		list: func(client *api.Client) ([]*structs.AgentMember, error) {
+			members, err := client.Agent().Members(nil)
+			if err != nil {
+				return nil, err
+			}
+			out := slices.DeleteFunc(members.Members, func(m *structs.AgentMember) bool { return m == nil })
+			slices.SortFunc(out, func(a, b *structs.AgentMember) int { return strings.Compare(a.Name, b.Name) })
+			return out, nil
+		},
+		none:   "No servers (the answering server has no Raft configuration yet)",
+		header: []string{"Name", "Address", "Port", "Status", "Leader", "Raft Version", "Build", "Datacenter", "Region"},
+		row: func(m *structs.AgentMember) []string {
+			return []string{m.Name, m.Addr, strconv.Itoa(int(m.Port)), m.Status, m.Tags["leader"],
+				m.Tags["raft_vsn"], m.Tags["build"], m.Tags["dc"], m.Tags["region"]}
+		},
+	}, args)
 }
 
 func init() {

@@ -64,5 +64,5 @@ s2.west  10.0.0.2  4647  alive   false   3             volplane  dc1         wes
 
 	r = run(t, "", "server", "members", "-json")
 	must.Eq(t, 0, r.code, must.Sprint(r.stderr))
-	must.StrContains(t, r.out, "\"ServerRegion\": \"west\"")
+	must.StrContains(t, r.out, "\"Name\": \"s1.west\"")
 }

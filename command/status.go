@@ -137,17 +137,9 @@ type listCommand[T any] struct {
 
 // runList runs a list command.
 func runList[T any](m *Meta, c cli.Command, l listCommand[T], args []string) int {
-	f := m.FlagSet(l.name, FlagSetClient)
-	format := m.FormatFlags(f)
-	if ok, code := m.Parse(c, f, args); !ok {
+	client, format, code := noArgClient(m, c, l.name, args)
+	if client == nil {
 		return code
-	}
-	if f.NArg() != 0 {
-		return m.UsageError(c, "This command takes no arguments")
-	}
-	client, err := m.Client()
-	if err != nil {
-		return m.Fail("creating client", err)
 	}
 	items, err := l.list(client)
 	if err != nil {
@@ -166,4 +158,49 @@ func runList[T any](m *Meta, c cli.Command, l listCommand[T], args []string) int
 	}
 	m.Ui.Output(table(l.header, rows))
 	return 0
+}
+
+// showCommand is a command that only shows one object of type T: it
+// takes no argument, and -json and -t.
+type showCommand[T any] struct {
+	name  string // the flag set's name: "agent-info"
+	doing string // in "Error <doing>: ..."
+	get   func(client *api.Client) (T, error)
+	text  func(T) string
+}
+
+// runShow runs a show command.
+func runShow[T any](m *Meta, c cli.Command, s showCommand[T], args []string) int {
+	client, format, code := noArgClient(m, c, s.name, args)
+	if client == nil {
+		return code
+	}
+	v, err := s.get(client)
+	if err != nil {
+		return m.Fail(s.doing, err)
+	}
+	if format.set() {
+		return m.Output(format, v)
+	}
+	m.Ui.Output(s.text(v))
+	return 0
+}
+
+// noArgClient parses the arguments of a command that takes none, only
+// the client flags, -json and -t, and returns its client; nil and the exit
+// code when it is to stop there.
+func noArgClient(m *Meta, c cli.Command, name string, args []string) (*api.Client, *outputFormat, int) {
+	f := m.FlagSet(name, FlagSetClient)
+	format := m.FormatFlags(f)
+	if ok, code := m.Parse(c, f, args); !ok {
+		return nil, nil, code
+	}
+	if f.NArg() != 0 {
+		return nil, nil, m.UsageError(c, "This command takes no arguments")
+	}
+	client, err := m.Client()
+	if err != nil {
+		return nil, nil, m.Fail("creating client", err)
+	}
+	return client, format, 0
 }
