@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/volplane/volplane/structs"
@@ -48,12 +50,15 @@ func (b *WriteBreakdown) String() string {
 		b.Entries, b.RequestsPerEntry, 100*b.Lingered, b.LingerMs, b.LeaderLogMs, b.FollowerWaitMs, b.FollowerLogMs, b.CommitMs, b.ApplyMs)
 }
 
-// metricTotals is the count and sum of each sample of one server's
-// /v1/metrics, by name and labels.
-type metricTotals map[string]struct {
+// metricTotal is a sample's count and sum since it began.
+type metricTotal struct {
 	count int
 	sum   float64
 }
+
+// metricTotals are one server's /v1/metrics samples by name and labels:
+// name{label=value,...}, labels in order.
+type metricTotals map[string]metricTotal
 
 // clusterMetrics reads every server's /v1/metrics (Nomad's JSON form).
 func (c *procCluster) clusterMetrics(ctx context.Context) (map[*procServer]metricTotals, error) {
@@ -66,15 +71,14 @@ func (c *procCluster) clusterMetrics(ctx context.Context) (map[*procServer]metri
 		t := metricTotals{}
 		for _, v := range sum.Samples {
 			key := v.Name
-			for _, l := range []string{"kind", "peer_id"} {
-				if lv, ok := v.Labels[l]; ok {
-					key += "{" + l + "=" + lv + "}"
+			if len(v.Labels) > 0 {
+				labels := make([]string, 0, len(v.Labels))
+				for _, l := range slices.Sorted(maps.Keys(v.Labels)) {
+					labels = append(labels, l+"="+v.Labels[l])
 				}
+				key += "{" + strings.Join(labels, ",") + "}"
 			}
-			t[key] = struct {
-				count int
-				sum   float64
-			}{v.Count, v.Sum}
+			t[key] = metricTotal{v.Count, v.Sum}
 		}
 		out[s] = t
 	}

@@ -8,10 +8,6 @@ import (
 
 func TestWriteBreakdown_FromMetricDifferences(t *testing.T) {
 	leader, f1, f2 := &procServer{name: "s1"}, &procServer{name: "s2"}, &procServer{name: "s3"}
-	type cs = struct {
-		count int
-		sum   float64
-	}
 	before := map[*procServer]metricTotals{
 		leader: {
 			"volplane_raft_entry_requests{kind=register}":       {10, 30},
@@ -32,7 +28,7 @@ func TestWriteBreakdown_FromMetricDifferences(t *testing.T) {
 			"volplane_raft_entry_linger_seconds{kind=register}": {4, 0.006}, // 2 waited, 2 ms each
 			"volplane_raft_leader_dispatchLog":                  {14, 16},
 			"volplane_raft_commitTime":                          {14, 32},
-			"volplane_raft_fsm_applyBatch":                      cs{4, 2}, // new since before
+			"volplane_raft_fsm_applyBatch":                      {4, 2}, // new since before
 			// A follower's figure on the leader (from when it followed)
 			// is not the leader's.
 			"volplane_raft_rpc_appendEntries_storeLogs": {100, 1000},

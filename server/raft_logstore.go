@@ -15,14 +15,6 @@ import (
 	walmetrics "github.com/hashicorp/raft-wal/metrics"
 )
 
-// walMetrics sends raft-wal's figures (appends, bytes written, segment
-// rotations, truncations) to the process's go-metrics sink as
-// raft.wal.*, as raft-boltdb's go there as raft.boltdb.*. Made when the
-// store opens: the collector keeps the sink installed at that moment.
-func walMetrics() walmetrics.Collector {
-	return walmetrics.NewGoMetricsCollector([]string{"raft", "wal"}, nil, nil)
-}
-
 // The Raft log store backends, named as Consul's raft_logstore.backend.
 //
 // wal (hashicorp/raft-wal) keeps the log in append-only segment files:
@@ -163,11 +155,13 @@ func openLogStore(dir, asked string, walSegmentSize int, logger hclog.Logger) (r
 		if err := os.MkdirAll(walDir, 0o700); err != nil {
 			return raftStores{}, fmt.Errorf("creating the raft log dir: %w", err)
 		}
-		if walSegmentSize > 0 {
-			store, err = raftwal.Open(walDir, raftwal.WithLogger(logger), raftwal.WithMetricsCollector(walMetrics()), raftwal.WithSegmentSize(walSegmentSize))
-		} else {
-			store, err = raftwal.Open(walDir, raftwal.WithLogger(logger), raftwal.WithMetricsCollector(walMetrics()))
-		}
+		// raft-wal's figures (appends, bytes written, segment rotations,
+		// truncations) go to the process's go-metrics sink as raft.wal.*,
+		// as raft-boltdb's go there as raft.boltdb.*. The collector keeps
+		// the sink installed when it is made, so it is made here. A
+		// segment size of 0 is raft-wal's default.
+		store, err = raftwal.Open(walDir, raftwal.WithLogger(logger), raftwal.WithSegmentSize(walSegmentSize),
+			raftwal.WithMetricsCollector(walmetrics.NewGoMetricsCollector([]string{"raft", "wal"}, nil, nil)))
 	case LogStoreBoltDB:
 		store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, raftDBFile)})
 	}

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -133,7 +132,7 @@ func testRaftAndGroupCommitMetrics(t *testing.T, backend, storeSeries string) {
 	before := testutil.SeriesValue(t, first, requestsSum)
 	counts := make(map[string]float64, len(raftSeries))
 	for _, series := range raftSeries {
-		counts[series] = seriesTotal(first, series)
+		counts[series] = testutil.SeriesTotal(t, first, series)
 	}
 
 	var nodeResp structs.NodeUpdateResponse
@@ -154,7 +153,7 @@ func testRaftAndGroupCommitMetrics(t *testing.T, backend, storeSeries string) {
 	text := scrape()
 	must.GreaterEq(t, float64(registers), testutil.SeriesValue(t, text, requestsSum)-before)
 	for _, series := range raftSeries {
-		must.Greater(t, counts[series], seriesTotal(text, series), must.Sprint(series, " did not grow"))
+		must.Greater(t, counts[series], testutil.SeriesTotal(t, text, series), must.Sprint(series, " did not grow"))
 	}
 	for _, s := range servers {
 		for _, line := range strings.Split(text, "\n") {
@@ -163,22 +162,4 @@ func testRaftAndGroupCommitMetrics(t *testing.T, backend, storeSeries string) {
 				must.Sprint("a metric named after a server: ", line))
 		}
 	}
-}
-
-// seriesTotal sums the values of the lines of a Prometheus text scrape
-// that start with prefix (a series, or a name and the start of its
-// labels).
-func seriesTotal(text, prefix string) float64 {
-	total := 0.0
-	for _, line := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(line, prefix) {
-			continue
-		}
-		if i := strings.LastIndexByte(line, ' '); i > 0 {
-			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-				total += v
-			}
-		}
-	}
-	return total
 }
