@@ -90,8 +90,8 @@ type ServerBlock struct {
 
 // RaftLogStoreBlock is the server's raft_logstore block.
 type RaftLogStoreBlock struct {
-	// Backend is "boltdb" or "wal"; unset keeps the one the data dir
-	// holds, and a new server starts on "boltdb".
+	// Backend is "wal" or "boltdb"; unset keeps the one the data dir
+	// holds, and a new server starts on "wal".
 	Backend string `hcl:"backend,optional"`
 }
 

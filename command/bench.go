@@ -227,7 +227,7 @@ Options:
                      10 (default: the servers' default, 1).
   -raft-logstore=B   The Raft log backend of every cluster, volplane's and
                      the bare raft baseline: wal or boltdb (default: the
-                     servers' default, boltdb).
+                     servers' default, wal).
   -binary=PATH       The volplane binary whose agents the http and failover
                      phases run (default: this one).
   -nomad-binary=PATH The Nomad binary whose agents the http-nomad phase

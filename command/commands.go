@@ -119,10 +119,13 @@ func builtinCommands(ui cli.Ui, stdin io.Reader) map[string]cli.CommandFactory {
 		"operator": parent("operator", "Cluster operations",
 			"Operations on the servers of the cluster."),
 		"operator raft": parent("operator raft", "Inspect and change the Raft peer set",
-			"Inspect the Raft configuration of the servers and remove dead peers."),
+			"Inspect the Raft configuration of the servers, remove dead peers, and\n  move a stopped server's log to another log store backend."),
 		"operator raft list-peers":  func() (cli.Command, error) { return &OperatorRaftListPeersCommand{Meta: meta()}, nil },
 		"operator raft remove-peer": func() (cli.Command, error) { return &OperatorRaftRemovePeerCommand{Meta: meta()}, nil },
-		"version":                   func() (cli.Command, error) { return &VersionCommand{Ui: ui}, nil },
+		"operator raft migrate-backend": func() (cli.Command, error) {
+			return &OperatorRaftMigrateBackendCommand{Meta: meta(), Stdin: stdin}, nil
+		},
+		"version": func() (cli.Command, error) { return &VersionCommand{Ui: ui}, nil },
 	}
 }
 

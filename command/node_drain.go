@@ -129,7 +129,7 @@ func (c *NodeDrainCommand) Run(args []string) int {
 	if disable {
 		verb = "disable"
 	}
-	if arg != node.ID && !yes && !confirm(&c.Meta, c.Stdin, fmt.Sprintf("Are you sure you want to %s drain mode for node %q? [y/N]", verb, node.ID)) {
+	if arg != node.ID && !yes && !confirm(&c.Meta, c.Stdin, fmt.Sprintf("Are you sure you want to %s drain mode for node %q? [y/N]", verb, node.ID), "Canceling drain toggle") {
 		return 0
 	}
 	meta := map[string]string{}
@@ -203,7 +203,7 @@ func drainSpecOf(enable, disable bool, deadline string, force, noDeadline, ignor
 
 // confirm asks a yes/no question and reads the answer, a line, from in;
 // only an exact "y" is a yes, as Nomad's.
-func confirm(m *Meta, in io.Reader, question string) bool {
+func confirm(m *Meta, in io.Reader, question, canceled string) bool {
 	m.Ui.Output(question)
 	answer, err := bufio.NewReader(in).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -211,7 +211,7 @@ func confirm(m *Meta, in io.Reader, question string) bool {
 		return false
 	}
 	if strings.TrimSpace(answer) != "y" {
-		m.Ui.Output("Canceling drain toggle")
+		m.Ui.Output(canceled)
 		return false
 	}
 	return true

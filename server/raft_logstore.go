@@ -27,16 +27,20 @@ import (
 // as many entries per second with 16 writers as on boltdb, which is what
 // volume registers and claims wait on.
 //
-// boltdb stays the default: raft-wal's own README still calls it
-// experimental, and Consul, which ships it, keeps boltdb its default and
-// wal an opt-in. A server's Raft log is the one thing it cannot rebuild
-// alone, so the faster store is the operator's choice, per server.
+// A new server starts on wal, as Consul's servers have since 1.21 (its
+// docs: "Consul logs the Raft index with the write-ahead log (WAL)
+// LogStore backend"; boltdb was the default before), and as Nomad's can,
+// with "nomad operator raft migrate-backend" to move a server's log from
+// boltdb. A server whose raft dir already holds a boltdb log keeps it
+// until the operator moves it ("volplane operator raft migrate-backend",
+// see MigrateLogStore); raft_logstore.backend = "boltdb" still starts a
+// new server on boltdb.
 const (
 	LogStoreWAL    = "wal"
 	LogStoreBoltDB = "boltdb"
 	// DefaultLogStore is the backend of a server whose raft dir holds no
 	// log yet.
-	DefaultLogStore = LogStoreBoltDB
+	DefaultLogStore = LogStoreWAL
 )
 
 // walDirName is the wal backend's directory in the raft dir, beside where
@@ -144,9 +148,9 @@ func openLogStore(dir, asked string, walSegmentSize int, logger hclog.Logger) (r
 	case stored != "" && stored != asked:
 		return raftStores{}, fmt.Errorf("raft_logstore.backend is %q but the raft dir %s holds a %s log: "+
 			"a server's log store cannot be changed in place. Either set backend = %q (or remove the setting), or, "+
-			"to move this server to %s, stop it, move %s out of the way and start it again: it rejoins the cluster "+
-			"and the leader sends it a snapshot. Move one server at a time; a one-server cluster cannot move",
-			asked, dir, stored, stored, asked, dir)
+			"to move this server to %s, stop it and run \"volplane operator raft migrate-backend -to=%s %s\", "+
+			"which copies its log and keeps the old one as a backup",
+			asked, dir, stored, stored, asked, asked, filepath.Dir(dir))
 	}
 	var store RaftLogStore
 	switch backend {

@@ -24,28 +24,29 @@ func TestOpenLogStore_PicksTheStoredBackendOrTheDefault(t *testing.T) {
 		return stores.backend, nil
 	}
 
-	// A new server starts on the default, boltdb.
-	bolt := t.TempDir()
-	got, err := open(bolt, "")
-	must.NoError(t, err)
-	must.Eq(t, LogStoreBoltDB, got)
-	must.FileExists(t, filepath.Join(bolt, raftDBFile))
-
-	// One set to wal stays on it when the setting goes.
+	// A new server starts on the default, wal.
 	fresh := t.TempDir()
-	got, err = open(fresh, LogStoreWAL)
+	got, err := open(fresh, "")
 	must.NoError(t, err)
 	must.Eq(t, LogStoreWAL, got)
 	must.DirExists(t, filepath.Join(fresh, walDirName))
-	got, err = open(fresh, "")
+
+	// One set to boltdb stays on it when the setting goes.
+	bolt := t.TempDir()
+	got, err = open(bolt, LogStoreBoltDB)
 	must.NoError(t, err)
-	must.Eq(t, LogStoreWAL, got)
+	must.Eq(t, LogStoreBoltDB, got)
+	must.FileExists(t, filepath.Join(bolt, raftDBFile))
+	got, err = open(bolt, "")
+	must.NoError(t, err)
+	must.Eq(t, LogStoreBoltDB, got)
 
 	// Another backend than the stored one is refused, and nothing is
 	// created beside the stored log.
 	_, err = open(bolt, LogStoreWAL)
 	must.ErrorContains(t, err, `raft_logstore.backend is "wal" but the raft dir `+bolt+` holds a boltdb log`)
 	must.ErrorContains(t, err, `set backend = "boltdb"`)
+	must.ErrorContains(t, err, `run "volplane operator raft migrate-backend -to=wal `+filepath.Dir(bolt)+`"`)
 	_, statErr := os.Stat(filepath.Join(bolt, walDirName))
 	must.True(t, os.IsNotExist(statErr))
 	_, err = open(fresh, LogStoreBoltDB)
