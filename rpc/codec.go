@@ -168,6 +168,7 @@ func (c *msgCodec) readFrame(v any, header bool) error {
 		s.body = buf
 	}
 	if err == nil && v != nil {
+		structs.ZeroForDecode(v)
 		s.dec.ResetBytes(buf)
 		err = s.dec.Decode(v)
 	}

@@ -301,3 +301,26 @@ func TestCodec_BodyBufferReuse(t *testing.T) {
 		must.Eq(t, c.want.Vol.MountOptions, c.got.Vol.MountOptions)
 	}
 }
+
+// A reply a caller reuses for a second call holds the second answer only:
+// the volume types leave empty fields off the wire, so decoding onto the
+// first answer would otherwise keep what the second left out.
+func TestClientCodec_ReusedReplyKeepsNothingStale(t *testing.T) {
+	first := &structs.CSIVolumeClaimResponse{
+		PublishContext: map[string]string{"dev": "/dev/xvdf"},
+		Volume:         &structs.CSIVolume{ID: "v1", ExternalID: "vol-0abc", Schedulable: true},
+	}
+	second := &structs.CSIVolumeClaimResponse{Volume: &structs.CSIVolume{ID: "v2"}}
+	wire := encodeMsgpack(t,
+		&netrpc.Response{ServiceMethod: "CSIVolume.Claim", Seq: 1}, first,
+		&netrpc.Response{ServiceMethod: "CSIVolume.Claim", Seq: 2}, second)
+
+	cc := NewClientCodec(rwc{bytes.NewReader(wire), io.Discard})
+	var hdr netrpc.Response
+	var reply structs.CSIVolumeClaimResponse
+	for _, want := range []*structs.CSIVolumeClaimResponse{first, second} {
+		must.NoError(t, cc.ReadResponseHeader(&hdr))
+		must.NoError(t, cc.ReadResponseBody(&reply))
+		must.Eq(t, want, &reply)
+	}
+}

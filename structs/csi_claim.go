@@ -96,6 +96,7 @@ func (s CSIVolumeClaimState) NodeStepPending() bool {
 // CSIVolumeClaim is one allocation's hold on a volume, with everything a
 // later release needs, so a release never has to ask anyone for it again.
 type CSIVolumeClaim struct {
+	_struct        bool `codec:",omitempty"`
 	AllocationID   string
 	NodeID         string
 	ExternalNodeID string

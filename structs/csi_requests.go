@@ -3,6 +3,7 @@ package structs
 // CSIVolumeRegisterRequest registers (or updates) one or many volumes, all or
 // nothing.
 type CSIVolumeRegisterRequest struct {
+	_struct bool `codec:",omitempty"`
 	Volumes []*CSIVolume
 	// Timestamp is stamped by the leader before the Raft apply.
 	Timestamp int64
@@ -34,6 +35,7 @@ type CSIVolumeDeregisterResponse struct {
 // CSIVolumeClaimRequest writes a claim (state taken) or a release checkpoint
 // (any other state) for one allocation on one volume.
 type CSIVolumeClaimRequest struct {
+	_struct  bool `codec:",omitempty"`
 	VolumeID string
 	Claim    *CSIVolumeClaim
 	// NodeSecretID authenticates a client's claim.

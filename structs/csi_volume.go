@@ -66,6 +66,7 @@ func (m CSIVolumeAttachmentMode) Valid() bool {
 // CSIVolumeCapability is one access mode and attachment mode pair a volume may
 // be claimed with.
 type CSIVolumeCapability struct {
+	_struct        bool `codec:",omitempty"`
 	AccessMode     CSIVolumeAccessMode
 	AttachmentMode CSIVolumeAttachmentMode
 }
@@ -78,6 +79,7 @@ func (c *CSIVolumeCapability) String() string {
 // flags may hold credentials, so they are never printed, and the servers
 // keep them sealed (SealedFlags) rather than in MountFlags.
 type CSIMountOptions struct {
+	_struct    bool `codec:",omitempty"`
 	FSType     string
 	MountFlags []string
 	// SealedFlags are the mount flags sealed by the leader with the
@@ -150,6 +152,7 @@ func (s CSISecrets) GoString() string { return s.String() }
 
 // CSITopology is one set of topology segments, for example a zone.
 type CSITopology struct {
+	_struct  bool `codec:",omitempty"`
 	Segments map[string]string
 }
 
@@ -185,6 +188,7 @@ func (t *CSITopology) Contains(o *CSITopology) bool {
 // CSITopologyRequest is the topology an operator asks for when creating or
 // registering a volume.
 type CSITopologyRequest struct {
+	_struct   bool `codec:",omitempty"`
 	Required  []*CSITopology
 	Preferred []*CSITopology
 }
@@ -219,6 +223,7 @@ func copyTopologies(ts []*CSITopology) []*CSITopology {
 
 // CSIVolume is a registered volume and its claims.
 type CSIVolume struct {
+	_struct    bool `codec:",omitempty"`
 	ID         string
 	Namespace  string
 	Name       string

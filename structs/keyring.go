@@ -10,6 +10,7 @@ import (
 // replicated state, the Raft log and snapshots; servers open them only to
 // call a plugin, or to hand them to the node that claims the volume.
 type Sealed struct {
+	_struct bool `codec:",omitempty"`
 	// KeyID names the root key that sealed it.
 	KeyID      string
 	Nonce      []byte

@@ -2,6 +2,7 @@ package structs
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
@@ -235,8 +236,20 @@ func Decode(buf []byte, out any) error {
 	if buf == nil {
 		buf = []byte{} // ResetBytes(nil) would leave the previous input in place
 	}
+	ZeroForDecode(out)
 	dec := decoders.Get().(*codec.Decoder)
 	defer decoders.Put(dec)
 	dec.ResetBytes(buf)
 	return dec.Decode(out)
+}
+
+// ZeroForDecode sets what out points to to its zero value. Types whose
+// encoding omits empty fields (a "_struct" field tagged
+// codec:",omitempty") decode correctly only into zero values: a field the
+// sender left out because it was empty would otherwise keep what the
+// value held before. Every decoder of volplane's messages calls it.
+func ZeroForDecode(out any) {
+	if rv := reflect.ValueOf(out); rv.Kind() == reflect.Pointer && !rv.IsNil() {
+		rv.Elem().SetZero()
+	}
 }
