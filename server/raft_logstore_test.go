@@ -66,48 +66,66 @@ func TestOpenLogStore_PicksTheStoredBackendOrTheDefault(t *testing.T) {
 func TestServer_RestartKeepsItsLogOnEitherBackend(t *testing.T) {
 	for _, backend := range []string{LogStoreWAL, LogStoreBoltDB} {
 		t.Run(backend, func(t *testing.T) {
-			var cfg Config
-			s := TestServer(t, func(c *Config) {
-				c.RaftLogStore = backend
-				cfg = *c
-			})
-			WaitForLeader(t, s)
-			registerNode(t, s, "dev")
-			vol := mock.CSIVolume("dev")
-			registerVolume(t, s, vol)
-			must.Eq(t, backend, s.raftStore.backend)
-			lastIndex := s.raft.LastIndex()
-			term, err := strconv.Atoi(s.raft.Stats()["term"])
-			must.NoError(t, err)
-			must.NoError(t, s.Shutdown())
+			stopped := stopAfterAWrite(t, backend)
 
 			// Asking for the other backend is refused before anything
 			// starts.
-			other := LogStoreBoltDB
-			if backend == LogStoreBoltDB {
-				other = LogStoreWAL
-			}
-			wrong := cfg
-			wrong.RaftLogStore = other
-			_, err = NewServer(&wrong)
+			wrong := stopped.cfg
+			wrong.RaftLogStore = otherBackend(backend)
+			_, err := NewServer(&wrong)
 			must.ErrorContains(t, err, "holds a "+backend+" log")
 
-			cfg.RaftLogStore = ""
-			restarted, err := NewServer(&cfg)
-			must.NoError(t, err)
-			t.Cleanup(func() { restarted.Shutdown() })
-			must.Eq(t, backend, restarted.raftStore.backend)
-			must.GreaterEq(t, lastIndex, restarted.raft.LastIndex())
-			WaitForLeader(t, restarted)
-			// Its term survived: a new election only goes up from it.
-			again, err := strconv.Atoi(restarted.raft.Stats()["term"])
-			must.NoError(t, err)
-			must.Greater(t, term, again)
-			v, err := restarted.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
-			must.NoError(t, err)
-			must.NotNil(t, v, must.Sprint("the volume registered before the restart"))
-			// And it takes writes.
-			registerVolume(t, restarted, mock.CSIVolume("dev"))
+			stopped.restartOn(t, backend)
 		})
 	}
+}
+
+// stoppedServer is a server stopped after a write, with what it held.
+type stoppedServer struct {
+	cfg             Config
+	volID           string
+	lastIndex, term uint64
+}
+
+// stopAfterAWrite starts a server on backend, registers a volume and
+// stops it.
+func stopAfterAWrite(t *testing.T, backend string) stoppedServer {
+	t.Helper()
+	var cfg Config
+	s := TestServer(t, func(c *Config) {
+		c.RaftLogStore = backend
+		cfg = *c
+	})
+	WaitForLeader(t, s)
+	registerNode(t, s, "dev")
+	vol := mock.CSIVolume("dev")
+	registerVolume(t, s, vol)
+	must.Eq(t, backend, s.raftStore.backend)
+	term, err := strconv.ParseUint(s.raft.Stats()["term"], 10, 64)
+	must.NoError(t, err)
+	stopped := stoppedServer{cfg: cfg, volID: vol.ID, lastIndex: s.raft.LastIndex(), term: term}
+	must.NoError(t, s.Shutdown())
+	return stopped
+}
+
+// restartOn starts the stopped server with no raft_logstore setting and
+// checks that it runs on backend with its log, its term (a new election
+// only goes up from it) and its state, and takes writes.
+func (st stoppedServer) restartOn(t *testing.T, backend string) {
+	t.Helper()
+	cfg := st.cfg
+	cfg.RaftLogStore = ""
+	restarted, err := NewServer(&cfg)
+	must.NoError(t, err)
+	t.Cleanup(func() { restarted.Shutdown() })
+	must.Eq(t, backend, restarted.raftStore.backend)
+	must.GreaterEq(t, st.lastIndex, restarted.raft.LastIndex())
+	WaitForLeader(t, restarted)
+	again, err := strconv.ParseUint(restarted.raft.Stats()["term"], 10, 64)
+	must.NoError(t, err)
+	must.Greater(t, st.term, again)
+	v, err := restarted.State().CSIVolumeByID(nil, structs.DefaultNamespace, st.volID)
+	must.NoError(t, err)
+	must.NotNil(t, v, must.Sprint("the volume registered before the stop"))
+	registerVolume(t, restarted, mock.CSIVolume("dev"))
 }

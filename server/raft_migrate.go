@@ -230,32 +230,31 @@ func copyLog(src, dst RaftLogStore, m *LogStoreMigration, progress func(done, to
 	if err := flush(m.Entries); err != nil {
 		return err
 	}
-	// A key never set stays unset.
-	for _, k := range stableKeys.uint64s {
-		v, err := src.GetUint64(k)
-		switch {
-		case isNotFound(err):
-			continue
-		case err != nil:
-			return fmt.Errorf("reading %s: %w", k, err)
-		}
-		if err := dst.SetUint64(k, v); err != nil {
-			return fmt.Errorf("writing %s: %w", k, err)
-		}
+	if err := copyStable(stableKeys.uint64s, src.GetUint64, dst.SetUint64); err != nil {
+		return err
 	}
-	for _, k := range stableKeys.bytes {
-		v, err := src.Get(k)
-		switch {
-		case isNotFound(err):
-			continue
-		case err != nil:
-			return fmt.Errorf("reading %s: %w", k, err)
-		}
-		if err := dst.Set(k, v); err != nil {
-			return fmt.Errorf("writing %s: %w", k, err)
-		}
+	if err := copyStable(stableKeys.bytes, src.Get, dst.Set); err != nil {
+		return err
 	}
 	return verifyLog(src, dst, first, last)
+}
+
+// copyStable copies the stable store's keys from get to set; a key never
+// set stays unset.
+func copyStable[T any](keys [][]byte, get func([]byte) (T, error), set func([]byte, T) error) error {
+	for _, k := range keys {
+		v, err := get(k)
+		switch {
+		case isNotFound(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("reading %s: %w", k, err)
+		}
+		if err := set(k, v); err != nil {
+			return fmt.Errorf("writing %s: %w", k, err)
+		}
+	}
+	return nil
 }
 
 // verifyLog reads back every entry and the range from dst.

@@ -4,15 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/shoenig/test/must"
-
-	"github.com/volplane/volplane/mock"
-	"github.com/volplane/volplane/structs"
 )
 
 func otherBackend(b string) string {
@@ -173,39 +169,12 @@ func TestMigrateLogStore_StartsOverAnUnfinishedOne(t *testing.T) {
 func TestServer_MigratedLogKeepsItsStateAndTerm(t *testing.T) {
 	for _, from := range []string{LogStoreBoltDB, LogStoreWAL} {
 		t.Run(from, func(t *testing.T) {
-			var cfg Config
-			s := TestServer(t, func(c *Config) {
-				c.RaftLogStore = from
-				cfg = *c
-			})
-			WaitForLeader(t, s)
-			registerNode(t, s, "dev")
-			vol := mock.CSIVolume("dev")
-			registerVolume(t, s, vol)
-			lastIndex := s.raft.LastIndex()
-			term, err := strconv.Atoi(s.raft.Stats()["term"])
-			must.NoError(t, err)
-			must.NoError(t, s.Shutdown())
-
+			stopped := stopAfterAWrite(t, from)
 			to := otherBackend(from)
-			m, err := MigrateLogStore(cfg.DataDir, to, hclog.NewNullLogger(), nil)
+			m, err := MigrateLogStore(stopped.cfg.DataDir, to, hclog.NewNullLogger(), nil)
 			must.NoError(t, err)
-			must.Eq(t, lastIndex, m.LastIndex)
-
-			cfg.RaftLogStore = ""
-			restarted, err := NewServer(&cfg)
-			must.NoError(t, err)
-			t.Cleanup(func() { restarted.Shutdown() })
-			must.Eq(t, to, restarted.raftStore.backend)
-			must.GreaterEq(t, lastIndex, restarted.raft.LastIndex())
-			WaitForLeader(t, restarted)
-			again, err := strconv.Atoi(restarted.raft.Stats()["term"])
-			must.NoError(t, err)
-			must.Greater(t, term, again)
-			v, err := restarted.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
-			must.NoError(t, err)
-			must.NotNil(t, v, must.Sprint("the volume registered before the migration"))
-			registerVolume(t, restarted, mock.CSIVolume("dev"))
+			must.Eq(t, stopped.lastIndex, m.LastIndex)
+			stopped.restartOn(t, to)
 		})
 	}
 }
