@@ -80,33 +80,15 @@ func MigrateLogStore(dataDir, to string, logger hclog.Logger, progress func(done
 	}
 	m := &LogStoreMigration{From: from, To: to}
 
-	src, err := openMigrationSource(dir, from, logger)
-	if err != nil {
-		return nil, err
-	}
-	defer src.Close()
-
 	// The new store is built under a name no server opens; one left by
 	// a migration that stopped half way is started over.
 	final, building := storePath(dir, to), storePath(dir, to)+".migrating"
 	if err := os.RemoveAll(building); err != nil {
 		return nil, fmt.Errorf("removing the unfinished migration at %s: %w", building, err)
 	}
-	dst, err := openMigrationTarget(building, to, logger)
-	if err != nil {
-		return nil, err
-	}
-	if err := copyLog(src, dst, m, progress); err != nil {
-		dst.Close()
+	if err := buildCopy(dir, from, to, building, m, progress, logger); err != nil {
 		os.RemoveAll(building)
 		return nil, err
-	}
-	if err := dst.Close(); err != nil {
-		os.RemoveAll(building)
-		return nil, fmt.Errorf("closing the new %s store: %w", to, err)
-	}
-	if err := src.Close(); err != nil {
-		return nil, fmt.Errorf("closing the %s store: %w", from, err)
 	}
 
 	// The new store takes its name while the old one still has its own:
@@ -115,7 +97,9 @@ func MigrateLogStore(dataDir, to string, logger hclog.Logger, progress func(done
 	if err := os.Rename(building, final); err != nil {
 		return nil, fmt.Errorf("moving the new %s store into place: %w", to, err)
 	}
-	m.Backup = fmt.Sprintf("%s.backup-%s", storePath(dir, from), time.Now().UTC().Format("20060102T150405Z"))
+	if m.Backup, err = backupPath(storePath(dir, from)); err != nil {
+		return nil, err
+	}
 	if err := os.Rename(storePath(dir, from), m.Backup); err != nil {
 		return nil, fmt.Errorf("the %s log is in place but the %s one could not be moved aside to %s: %w; "+
 			"move %s out of the raft dir before starting the server", to, from, m.Backup, err, storePath(dir, from))
@@ -126,6 +110,51 @@ func MigrateLogStore(dataDir, to string, logger hclog.Logger, progress func(done
 	logger.Info("raft log store migrated", "from", from, "to", to, "entries", m.Entries,
 		"first_index", m.FirstIndex, "last_index", m.LastIndex, "backup", m.Backup)
 	return m, nil
+}
+
+// buildCopy copies the log of backend from in dir into a new store of
+// backend to at building, and closes both.
+func buildCopy(dir, from, to, building string, m *LogStoreMigration, progress func(done, total uint64), logger hclog.Logger) (err error) {
+	src, err := openMigrationSource(dir, from, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := src.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("closing the %s store: %w", from, cerr)
+		}
+	}()
+	dst, err := openMigrationTarget(building, to, logger)
+	if err != nil {
+		return err
+	}
+	if err := copyLog(src, dst, m, progress); err != nil {
+		dst.Close()
+		return err
+	}
+	if err := dst.Close(); err != nil {
+		return fmt.Errorf("closing the new %s store: %w", to, err)
+	}
+	return nil
+}
+
+// backupPath names the backup of the store at path: path.backup-<time>,
+// with a number after it when a backup of that second exists already (a
+// rename onto a file would replace it).
+func backupPath(path string) (string, error) {
+	base := fmt.Sprintf("%s.backup-%s", path, time.Now().UTC().Format("20060102T150405Z"))
+	for i := 1; ; i++ {
+		name := base
+		if i > 1 {
+			name = fmt.Sprintf("%s-%d", base, i)
+		}
+		switch ok, err := exists(name); {
+		case err != nil:
+			return "", err
+		case !ok:
+			return name, nil
+		}
+	}
 }
 
 // storePath is where backend keeps its log in the raft dir.

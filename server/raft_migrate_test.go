@@ -101,11 +101,18 @@ func TestMigrateLogStore_BothWaysKeepsEveryEntry(t *testing.T) {
 			must.True(t, os.IsNotExist(err))
 			checkLog(t, dataDir, to, want)
 
-			// And back: the backup's name does not stand in the way.
+			// And back, and over again within the second: each backup
+			// keeps a name of its own.
 			back, err := MigrateLogStore(dataDir, from, hclog.NewNullLogger(), nil)
 			must.NoError(t, err)
 			must.Eq(t, 1200, back.Entries)
 			checkLog(t, dataDir, from, want)
+			again, err := MigrateLogStore(dataDir, to, hclog.NewNullLogger(), nil)
+			must.NoError(t, err)
+			must.NotEq(t, m.Backup, again.Backup)
+			_, err = os.Stat(m.Backup)
+			must.NoError(t, err, must.Sprint("the first backup is still there"))
+			checkLog(t, dataDir, to, want)
 		})
 	}
 }
