@@ -27,14 +27,14 @@ import (
 // as many entries per second with 16 writers as on boltdb, which is what
 // volume registers and claims wait on.
 //
-// A new server starts on wal, as Consul's servers have since 1.21 (its
-// docs: "Consul logs the Raft index with the write-ahead log (WAL)
-// LogStore backend"; boltdb was the default before), and as Nomad's can,
-// with "nomad operator raft migrate-backend" to move a server's log from
-// boltdb. A server whose raft dir already holds a boltdb log keeps it
-// until the operator moves it ("volplane operator raft migrate-backend",
-// see MigrateLogStore); raft_logstore.backend = "boltdb" still starts a
-// new server on boltdb.
+// A new server starts on wal, as Consul's servers do (its documentation
+// for 1.21: "Consul logs the Raft index with the write-ahead log (WAL)
+// LogStore backend"; BoltDB was the default of previous versions), and as
+// Nomad's can, with "nomad operator raft migrate-backend" to move a
+// server's log from boltdb. A server whose raft dir already holds a boltdb
+// log keeps it until the operator moves it ("volplane operator raft
+// migrate-backend", see MigrateLogStore); raft_logstore.backend = "boltdb"
+// still starts a new server on boltdb.
 const (
 	LogStoreWAL    = "wal"
 	LogStoreBoltDB = "boltdb"
