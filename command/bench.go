@@ -407,8 +407,9 @@ func writeHeapProfile(path string) error {
 	return out.Close()
 }
 
-// uiLineWriter sends progress lines to the UI's error stream, so that
-// standard output holds only the report.
+// uiLineWriter sends the lines written to it (the bench's progress, a
+// store's warnings) to the UI's error stream, so that standard output
+// holds only the command's result.
 type uiLineWriter struct{ ui cli.Ui }
 
 func (w uiLineWriter) Write(p []byte) (int, error) {

@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"strings"
-
-	"github.com/hashicorp/cli"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -76,7 +73,7 @@ func (c *OperatorRaftMigrateBackendCommand) Run(args []string) int {
 	}
 	// The stores' own warnings (a torn tail segment it recovers from, say)
 	// go to the error stream, line by line.
-	logger := hclog.New(&hclog.LoggerOptions{Name: "migrate-backend", Level: hclog.Warn, Output: uiErrorWriter{c.Ui}})
+	logger := hclog.New(&hclog.LoggerOptions{Name: "migrate-backend", Level: hclog.Warn, Output: uiLineWriter{c.Ui}})
 	m, err := server.MigrateLogStore(dataDir, to, logger, func(done, total uint64) {
 		c.Ui.Output(fmt.Sprintf("  copied %d of %d entries", done, total))
 	})
@@ -92,14 +89,4 @@ func (c *OperatorRaftMigrateBackendCommand) Run(args []string) int {
 	c.Ui.Output(fmt.Sprintf("The %s log is kept at %s; remove it once the server runs on %s.", m.From, m.Backup, m.To))
 	c.Ui.Output(fmt.Sprintf("Start the server with no raft_logstore block, or with backend = %q.", m.To))
 	return 0
-}
-
-// uiErrorWriter writes each line it is given as an error to the Ui.
-type uiErrorWriter struct{ ui cli.Ui }
-
-func (w uiErrorWriter) Write(p []byte) (int, error) {
-	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
-		w.ui.Error(line)
-	}
-	return len(p), nil
 }

@@ -13,6 +13,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	raftwal "github.com/hashicorp/raft-wal"
 	walmetrics "github.com/hashicorp/raft-wal/metrics"
+	"go.etcd.io/bbolt"
 )
 
 // The Raft log store backends, named as Consul's raft_logstore.backend.
@@ -152,28 +153,31 @@ func openLogStore(dir, asked string, walSegmentSize int, logger hclog.Logger) (r
 			"which copies its log and keeps the old one as a backup",
 			asked, dir, stored, stored, asked, asked, filepath.Dir(dir))
 	}
-	var store RaftLogStore
-	switch backend {
-	case LogStoreWAL:
-		walDir := filepath.Join(dir, walDirName)
-		if err := os.MkdirAll(walDir, 0o700); err != nil {
-			return raftStores{}, fmt.Errorf("creating the raft log dir: %w", err)
-		}
-		// raft-wal's figures (appends, bytes written, segment rotations,
-		// truncations) go to the process's go-metrics sink as raft.wal.*,
-		// as raft-boltdb's go there as raft.boltdb.*. The collector keeps
-		// the sink installed when it is made, so it is made here. A
-		// segment size of 0 is raft-wal's default.
-		store, err = raftwal.Open(walDir, raftwal.WithLogger(logger), raftwal.WithSegmentSize(walSegmentSize),
-			raftwal.WithMetricsCollector(walmetrics.NewGoMetricsCollector([]string{"raft", "wal"}, nil, nil)))
-	case LogStoreBoltDB:
-		store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, raftDBFile)})
-	}
+	store, err := openStoreAt(storePath(dir, backend), backend, walSegmentSize, nil, logger)
 	if err != nil {
 		return raftStores{}, fmt.Errorf("opening the raft log store (%s) in %s: %w", backend, dir, err)
 	}
 	logger.Info("raft log store opened", "backend", backend, "dir", dir)
 	return raftStores{logs: store, backend: backend}, nil
+}
+
+// openStoreAt opens, or creates, a store of backend at path: the wal
+// backend's directory or the boltdb backend's file. bolt, when set, is
+// the boltdb file's options (a read-only open); a walSegmentSize of 0 is
+// raft-wal's default.
+func openStoreAt(path, backend string, walSegmentSize int, bolt *bbolt.Options, logger hclog.Logger) (RaftLogStore, error) {
+	if backend != LogStoreWAL {
+		return raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: bolt})
+	}
+	if err := os.MkdirAll(path, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the raft log dir: %w", err)
+	}
+	// raft-wal's figures (appends, bytes written, segment rotations,
+	// truncations) go to the process's go-metrics sink as raft.wal.*, as
+	// raft-boltdb's go there as raft.boltdb.*. The collector keeps the
+	// sink installed when it is made, so it is made here.
+	return raftwal.Open(path, raftwal.WithLogger(logger), raftwal.WithSegmentSize(walSegmentSize),
+		raftwal.WithMetricsCollector(walmetrics.NewGoMetricsCollector([]string{"raft", "wal"}, nil, nil)))
 }
 
 var _ io.Closer = raftStores{}

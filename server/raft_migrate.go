@@ -124,9 +124,9 @@ func buildCopy(dir, from, to, building string, m *LogStoreMigration, progress fu
 			err = fmt.Errorf("closing the %s store: %w", from, cerr)
 		}
 	}()
-	dst, err := openMigrationTarget(building, to, logger)
+	dst, err := openStoreAt(building, to, 0, nil, logger)
 	if err != nil {
-		return err
+		return fmt.Errorf("creating the new %s store at %s: %w", to, building, err)
 	}
 	if err := copyLog(src, dst, m, progress); err != nil {
 		dst.Close()
@@ -183,36 +183,10 @@ func openMigrationSource(dir, backend string, logger hclog.Logger) (RaftLogStore
 	if err := probe.Close(); err != nil {
 		return nil, err
 	}
-	var store RaftLogStore
-	switch backend {
-	case LogStoreWAL:
-		store, err = raftwal.Open(filepath.Join(dir, walDirName), raftwal.WithLogger(logger))
-	default:
-		store, err = raftboltdb.New(raftboltdb.Options{Path: lockFile,
-			BoltOptions: &bbolt.Options{ReadOnly: true, Timeout: lockWait}})
-	}
+	// Read-only, so the stored log stays as it was.
+	store, err := openStoreAt(storePath(dir, backend), backend, 0, &bbolt.Options{ReadOnly: true, Timeout: lockWait}, logger)
 	if err != nil {
 		return nil, fmt.Errorf("opening the %s log in %s: %w", backend, dir, err)
-	}
-	return store, nil
-}
-
-// openMigrationTarget creates an empty store of backend at path.
-func openMigrationTarget(path, backend string, logger hclog.Logger) (RaftLogStore, error) {
-	var (
-		store RaftLogStore
-		err   error
-	)
-	switch backend {
-	case LogStoreWAL:
-		if err = os.MkdirAll(path, 0o700); err == nil {
-			store, err = raftwal.Open(path, raftwal.WithLogger(logger))
-		}
-	default:
-		store, err = raftboltdb.New(raftboltdb.Options{Path: path})
-	}
-	if err != nil {
-		return nil, fmt.Errorf("creating the new %s store at %s: %w", backend, path, err)
 	}
 	return store, nil
 }
