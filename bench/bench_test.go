@@ -83,6 +83,8 @@ func TestBenchSmoke(t *testing.T) {
 			RaftAdded       *uint64 `json:"raft_entries_added"`
 			CPUCores        float64 `json:"cpu_cores"`
 			CPUMsPerOp      float64 `json:"cpu_ms_per_op"`
+			AllocKBPerOp    float64 `json:"alloc_kb_per_op"`
+			GCCycles        *uint64 `json:"gc_cycles"`
 			GoroutinesStart int     `json:"goroutines_before"`
 			GoroutinesPeak  int     `json:"goroutines_peak"`
 			FailedAttempts  *uint64 `json:"failed_attempts"`
@@ -181,6 +183,11 @@ func TestBenchSmoke(t *testing.T) {
 		}
 		if r.Phase == "release" && (r.CPUCores <= 0 || r.CPUMsPerOp <= 0) {
 			t.Errorf("result %d: the release without the process's CPU: %+v", i, r)
+		}
+		// Every interleaved side counts what the process allocated in its
+		// rounds: an RPC call allocates at least its request and reply.
+		if (r.Phase == "register" || r.Phase == "claim" || r.Phase == "baseline") && (r.AllocKBPerOp < 0.1 || r.GCCycles == nil) {
+			t.Errorf("result %d: %s without the allocation of its rounds: %v KB/op, GCs %v", i, r.Phase, r.AllocKBPerOp, r.GCCycles)
 		}
 		if (r.Phase == "register" || r.Phase == "raft+fsm" || r.Phase == "claim") && (r.ThroughputRatio <= 0 || r.P99Ratio <= 0) {
 			t.Errorf("result %d: %s without its comparison to the baseline: %+v", i, r.Phase, r)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -68,11 +69,50 @@ func drive(ctx context.Context, ops, conc int, op func(i int) error) ([]time.Dur
 }
 
 // series accumulates the samples and wall time of one measured level over
-// several rounds, and each round's throughput.
+// several rounds, each round's throughput, and the heap allocation and
+// garbage collections of the process during its rounds.
 type series struct {
 	samples []time.Duration
 	wall    time.Duration
 	rates   []float64
+	gc      gcCounts
+}
+
+// gcCounts are the process's heap bytes allocated and GC cycles ended,
+// cumulative (readGC) or over a window (sub). The benchmark's process
+// holds both sides, so what a side's rounds allocate decides how many
+// collections land in them: their mark phases are most of the slowest
+// 1% of calls with one caller.
+type gcCounts struct {
+	allocBytes, cycles uint64
+}
+
+var gcMetrics = []string{"/gc/heap/allocs:bytes", "/gc/cycles/total:gc-cycles"}
+
+// readGC reads the process's gcCounts so far.
+func readGC() gcCounts {
+	samples := make([]metrics.Sample, len(gcMetrics))
+	for i, name := range gcMetrics {
+		samples[i].Name = name
+	}
+	metrics.Read(samples)
+	var c gcCounts
+	if samples[0].Value.Kind() == metrics.KindUint64 {
+		c.allocBytes = samples[0].Value.Uint64()
+	}
+	if samples[1].Value.Kind() == metrics.KindUint64 {
+		c.cycles = samples[1].Value.Uint64()
+	}
+	return c
+}
+
+func (c gcCounts) sub(o gcCounts) gcCounts {
+	return gcCounts{allocBytes: c.allocBytes - o.allocBytes, cycles: c.cycles - o.cycles}
+}
+
+func (c *gcCounts) add(o gcCounts) {
+	c.allocBytes += o.allocBytes
+	c.cycles += o.cycles
 }
 
 func (s *series) add(samples []time.Duration, wall time.Duration) {
@@ -117,6 +157,9 @@ type stats struct {
 	opsPerSec float64
 	p50, p99  time.Duration
 	max       time.Duration
+	// gc is the process's allocation and collections during the series'
+	// rounds; zero where they were not counted.
+	gc gcCounts
 }
 
 func (s *series) stats() stats {
@@ -127,6 +170,7 @@ func (s *series) stats() stats {
 		wall: s.wall,
 		p50:  percentile(sorted, 0.50),
 		p99:  percentile(sorted, 0.99),
+		gc:   s.gc,
 	}
 	if len(sorted) > 0 {
 		st.max = sorted[len(sorted)-1]

@@ -191,10 +191,12 @@ func interleave(cfg *Config, phase string, conc, ops, rounds int, sides []*side)
 	for r, n := range splitOps(ops, rounds) {
 		for k := range sides {
 			sd := sides[(r+k)%len(sides)]
+			before := readGC()
 			samples, wall, err := sd.run(n)
 			if err != nil {
 				return fmt.Errorf("%s, %d caller(s), round %d: %w", sd.name, conc, r+1, err)
 			}
+			sd.s.gc.add(readGC().sub(before))
 			sd.s.add(samples, wall)
 			cfg.progress("%s, %d caller(s), round %d/%d: %-8s %5d ops in %v",
 				phase, conc, r+1, rounds, sd.name, n, wall.Round(time.Millisecond))

@@ -128,6 +128,13 @@ type Result struct {
 	CPUCores   float64         `json:"cpu_cores,omitempty"`
 	CPUMsPerOp float64         `json:"cpu_ms_per_op,omitempty"`
 	IdleCores  float64         `json:"idle_cores,omitempty"`
+	// AllocKBPerOp is the heap the whole process allocated during the
+	// result's rounds per operation, and GCCycles the collections that
+	// ended in them (interleaved phases only): both sides share the
+	// process, so a side's allocation sets how many collections, and their
+	// mark phases, land in its rounds.
+	AllocKBPerOp float64 `json:"alloc_kb_per_op,omitempty"`
+	GCCycles     *uint64 `json:"gc_cycles,omitempty"`
 	// GoroutinesBefore is the process's goroutine count just before the
 	// window, GoroutinesPeak the most sampled in it.
 	GoroutinesBefore int `json:"goroutines_before,omitempty"`
@@ -169,10 +176,15 @@ func (m Millis) MarshalJSON() ([]byte, error) {
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
 
 func newResult(phase string, conc int, st stats) Result {
-	return Result{
+	res := Result{
 		Phase: phase, Concurrency: conc, Ops: st.ops, Elapsed: Seconds(st.wall),
 		OpsPerSec: math.Round(st.opsPerSec), P50: Millis(st.p50), P99: Millis(st.p99), Max: Millis(st.max),
 	}
+	if st.gc.allocBytes > 0 && st.ops > 0 {
+		res.AllocKBPerOp = round3(float64(st.gc.allocBytes) / 1024 / float64(st.ops))
+		res.GCCycles = &st.gc.cycles
+	}
+	return res
 }
 
 // addCompared adds a baseline level, the level of phase (register or
@@ -430,7 +442,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		r.has(PhaseTLSRegister) || r.has(PhaseHTTPNomad)) {
 		fmt.Fprintln(w)
 	}
-	rows := [][]string{{"phase", "volumes", "conc", "ops", "ops/s", "p50", "p99", "ops/s ratio", "p99 ratio", "raft +", "target", "result"}}
+	rows := [][]string{{"phase", "volumes", "conc", "ops", "ops/s", "p50", "p99", "ops/s ratio", "p99 ratio", "alloc/op (GCs)", "raft +", "target", "result"}}
 	for _, res := range r.Results {
 		entries := "-"
 		if res.RaftEntriesAdded != nil {
@@ -443,11 +455,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		rows = append(rows, []string{
 			phase, intOrDash(res.Volumes), intOrDash(res.Concurrency), intOrDash(res.Ops),
 			floatOrDash(res.OpsPerSec), durationOrDash(time.Duration(res.P50)), durationOrDash(time.Duration(res.P99)),
-			ratioOrDash(res.ThroughputRatio), ratioOrDash(res.P99Ratio), entries, orDash(res.Target), verdict(res.Pass),
+			ratioOrDash(res.ThroughputRatio), ratioOrDash(res.P99Ratio), allocOrDash(res), entries, orDash(res.Target), verdict(res.Pass),
 		})
 	}
 	// Names and verdicts read best left-aligned, numbers right-aligned.
-	if err := writeColumns(w, rows, map[int]bool{0: true, 10: true, 11: true}); err != nil {
+	if err := writeColumns(w, rows, map[int]bool{0: true, 11: true, 12: true}); err != nil {
 		return err
 	}
 	// The release and scale rows' details are sentences: they go under
@@ -479,6 +491,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	_, err := fmt.Fprintf(w, "\n%s (run took %s)\n", v, time.Duration(r.Elapsed).Round(100*time.Millisecond))
 	return err
+}
+
+// allocOrDash is a result's allocation per op and collections: "98.2KB (3)".
+func allocOrDash(res Result) string {
+	if res.GCCycles == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fKB (%d)", res.AllocKBPerOp, *res.GCCycles)
 }
 
 func (r *Report) missed() []string {
