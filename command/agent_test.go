@@ -141,7 +141,7 @@ func TestAgentConfig_RaftMultiplier(t *testing.T) {
 		return [4]time.Duration{rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout, rc.CommitTimeout}
 	}
 	base := timings("-server", "-bootstrap-expect", "1", "-data-dir", "/var/lib/volplane")
-	must.Eq(t, [4]time.Duration{300 * time.Millisecond, 300 * time.Millisecond, 300 * time.Millisecond, 50 * time.Millisecond}, base)
+	must.Eq(t, [4]time.Duration{300 * time.Millisecond, 300 * time.Millisecond, 300 * time.Millisecond, 10 * time.Millisecond}, base)
 
 	file := filepath.Join(t.TempDir(), "server.hcl")
 	must.NoError(t, os.WriteFile(file, []byte("server {\n  enabled = true\n  raft_multiplier = 5\n}\n"), 0o600))

@@ -119,17 +119,20 @@ func (s *Server) authorizeLocal(method string, args any) (bool, error) {
 var errBehindLeader = errors.New("this server's state is behind the leader's read index")
 
 // followerReadWait is how long a follower waits for its state to reach the
-// leader's read index before it forwards the read instead, as a fraction of
-// Raft's commit timeout. A follower learns that entries it already holds
-// are committed only from the leader's next append, which an idle leader
-// sends once per commit timeout (50 to 100 ms at raft_multiplier 1): a
-// read right after a write would wait for it. Under writes, appends come
-// far more often and reads stay local.
+// leader's read index before it forwards the read instead: two and a half
+// commit timeouts. A follower learns that entries it already holds are
+// committed only from the leader's next append, which an idle leader
+// sends once per commit timeout, staggered up to twice that (10 to 20 ms
+// at raft_multiplier 1), so the first read after a lone write waits for
+// it and the reads after it find the follower caught up. Forwarding
+// sooner would send every read of those 10-20 ms to the leader; under
+// writes, appends come far more often and reads stay local. A follower
+// that is behind for another reason (a slow disk, a partition) forwards.
 func (s *Server) followerReadWait() time.Duration {
 	if s.config.followerReadWait > 0 {
 		return s.config.followerReadWait
 	}
-	return s.config.RaftConfig.CommitTimeout / 5
+	return s.config.RaftConfig.CommitTimeout*5/2 + time.Millisecond
 }
 
 // catchUp waits, at most followerReadWait and within ctx, until this

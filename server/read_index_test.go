@@ -271,3 +271,39 @@ func TestReadIndex_BehindFollowerForwards(t *testing.T) {
 	}
 	must.Positive(t, behind, must.Sprint("the follower never lagged the leader's commit"))
 }
+
+// With the production commit timeout, a follower that holds a write but has
+// not yet learned it is committed waits for the leader's next append (10-20
+// ms when the leader is idle) and answers the read itself, instead of
+// forwarding every read of those milliseconds to the leader. A read the
+// follower serves carries its own LastContact; one the leader answered
+// carries the leader's zero.
+func TestReadIndex_FollowerWaitsOutTheIdleAppend(t *testing.T) {
+	servers := TestCluster(t, 3, func(i int, c *Config) {
+		c.RaftConfig.CommitTimeout = baseRaftCommitTimeout
+	})
+	leader := WaitForLeader(t, servers...)
+	registerNode(t, leader, "dev")
+	f := followers(servers, leader)[0]
+	must.Greater(t, 2*baseRaftCommitTimeout, f.followerReadWait(), must.Sprint("the wait covers the staggered append"))
+
+	behind, local := 0, 0
+	for i := 0; i < 40 && behind < 6; i++ {
+		vol := mock.CSIVolume("dev")
+		registerVolume(t, leader, vol)
+		if getVolume(t, f, vol.ID, true) != nil {
+			continue // the follower had caught up already
+		}
+		behind++
+		var resp structs.CSIVolumeGetResponse
+		must.NoError(t, f.RPC("CSIVolume.Get", &structs.CSIVolumeGetRequest{ID: vol.ID}, &resp))
+		must.NotNil(t, resp.Volume, must.Sprint("a default read on a follower behind the leader"))
+		if resp.LastContact > 0 {
+			local++
+		}
+	}
+	must.Positive(t, behind, must.Sprint("the follower never lagged the leader's commit"))
+	// A stall of the test machine longer than the wait forwards a read;
+	// most must stay local.
+	must.Greater(t, behind/2, local, must.Sprintf("%d of %d reads behind the leader were answered by the follower", local, behind))
+}
