@@ -8,6 +8,7 @@ import (
 	iofs "io/fs"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,7 +154,8 @@ func generatedTypes(t *testing.T) []string {
 		}
 		names = append(names, typeName(fn.Recv.List[0].Type))
 	}
-	return sortedKeys(setOf(names))
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // TestGeneratedCodecs_NotPromoted fails when a struct anywhere in the
@@ -161,7 +163,7 @@ func generatedTypes(t *testing.T) []string {
 // promoted, and the codec would encode the outer value as the embedded one
 // alone, dropping every other field.
 func TestGeneratedCodecs_NotPromoted(t *testing.T) {
-	generated := setOf(generatedTypes(t))
+	generated := generatedTypes(t)
 	// Types that embed a generated one only for encoding/json's flattening
 	// and are never on the msgpack wire: the promoted methods are unused.
 	jsonOnly := map[string]string{
@@ -193,7 +195,7 @@ func TestGeneratedCodecs_NotPromoted(t *testing.T) {
 				return true
 			}
 			st, ok := spec.Type.(*ast.StructType)
-			if !ok || (inStructs && generated[spec.Name.Name]) {
+			if !ok || (inStructs && slices.Contains(generated, spec.Name.Name)) {
 				return true // a generated type flattens what it embeds
 			}
 			for _, field := range st.Fields.List {
@@ -206,7 +208,7 @@ func TestGeneratedCodecs_NotPromoted(t *testing.T) {
 				} else if !inStructs {
 					continue
 				}
-				if !generated[name] {
+				if !slices.Contains(generated, name) {
 					continue
 				}
 				key := filepath.ToSlash(filepath.Dir(path))[len("../"):] + "." + spec.Name.Name
@@ -238,12 +240,4 @@ func typeName(e ast.Expr) string {
 		return typeName(x.X) + "." + x.Sel.Name
 	}
 	return ""
-}
-
-func setOf(names []string) map[string]bool {
-	m := make(map[string]bool, len(names))
-	for _, n := range names {
-		m[n] = true
-	}
-	return m
 }
