@@ -7,6 +7,7 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/chromedp/chromedp v0.23.0
 	github.com/container-storage-interface/spec v1.13.0
+	github.com/dustin/go-humanize v1.1.0
 	github.com/hashicorp/cli v1.1.7
 	github.com/hashicorp/go-connlimit v0.3.0
 	github.com/hashicorp/go-hclog v1.6.3

@@ -226,6 +226,13 @@ type Config struct {
 	// start, volplane's and the bare raft baseline alike ("": the
 	// servers' default, server.DefaultLogStore).
 	RaftLogStore string
+	// GCHeapBudget is the heap budget of the collector's tuner, as a
+	// server agent's server.gc_heap_budget (package gctune): "" is the
+	// agents' default, a quarter of the memory; "0" leaves GOGC at Go's
+	// default. It applies to this process, whose collector the in-process
+	// clusters and their baselines share, and to the agents the http,
+	// http-nomad and failover phases start.
+	GCHeapBudget string
 
 	// Phases selects what runs: PhaseRegister, PhaseClaim, PhaseList,
 	// PhaseRelease, PhaseScale, PhaseTLS, PhaseACL, PhaseFailover.
@@ -383,6 +390,8 @@ func (c *Config) normalize() error {
 		return server.ValidRaftMultiplier(c.RaftMultiplier)
 	case server.ValidLogStoreBackend(c.RaftLogStore) != nil:
 		return server.ValidLogStoreBackend(c.RaftLogStore)
+	case gcBudgetErr(c.GCHeapBudget) != nil:
+		return gcBudgetErr(c.GCHeapBudget)
 	case c.runs(PhaseRegister) && (c.Rounds > c.Ops || c.Rounds > c.SerialOps):
 		return fmt.Errorf("rounds (%d) must not exceed the op counts (%d, %d): every round needs an op",
 			c.Rounds, c.SerialOps, c.Ops)
@@ -438,7 +447,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer os.RemoveAll(dir)
 
 	rep := &Report{Started: time.Now(), Config: reportConfig(cfg)}
+	stopGC := startGCTuning(&cfg, rep)
 	err = run(ctx, &cfg, dir, rep)
+	stopGC()
 	rep.Elapsed = Seconds(time.Since(rep.Started))
 	rep.Pass = rep.allPass()
 	return rep, err
@@ -552,8 +563,8 @@ func (c *Config) logStore() string {
 }
 
 // serverHCL is the server block of the agent config of the phases'
-// server processes: the log store when one is asked, and raft_multiplier
-// when multiplier is set.
+// server processes: the log store and the collector's heap budget when
+// asked, and raft_multiplier when multiplier is set.
 func (c *Config) serverHCL(multiplier int) string {
 	var b strings.Builder
 	if multiplier > 0 {
@@ -561,6 +572,9 @@ func (c *Config) serverHCL(multiplier int) string {
 	}
 	if c.RaftLogStore != "" {
 		fmt.Fprintf(&b, "  raft_logstore {\n    backend = %q\n  }\n", c.RaftLogStore)
+	}
+	if c.GCHeapBudget != "" {
+		fmt.Fprintf(&b, "  gc_heap_budget = %q\n", c.GCHeapBudget)
 	}
 	if b.Len() == 0 {
 		return ""

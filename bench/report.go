@@ -67,6 +67,8 @@ type RunConfig struct {
 	Breakdown      bool     `json:"breakdown,omitempty"`
 	// RaftLogStore is the Raft log backend every cluster ran on.
 	RaftLogStore string `json:"raft_logstore"`
+	// GCTuning is how this process's collector ran (Config.GCHeapBudget).
+	GCTuning string `json:"gc_tuning,omitempty"`
 }
 
 func reportConfig(c Config) RunConfig {
@@ -388,6 +390,9 @@ func (r *Report) WriteJSON(w io.Writer) error {
 
 // WriteTable writes the report as an aligned table with a short header.
 func (r *Report) WriteTable(w io.Writer) error {
+	if r.Config.GCTuning != "" {
+		fmt.Fprintf(w, "collector of this process: %s\n", r.Config.GCTuning)
+	}
 	if r.EntryBytes > 0 {
 		fmt.Fprintln(w, "register: CSIVolume.Register, one volume per call, over RPC to the leader of 3 volplane servers")
 		fmt.Fprintf(w, "  its baseline: raft.Apply of %d-byte entries (a register entry's size) on 3 bare raft + raft-%s nodes\n", r.EntryBytes, r.Config.RaftLogStore)

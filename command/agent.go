@@ -105,6 +105,7 @@ func (c *AgentCommand) Run(args []string) int {
 	var srv *server.Server
 	var writesReady chan struct{}
 	if dev || cfg.Server.Enabled {
+		defer startGCTuning(cfg, logger)()
 		srvCfg, cleanup, err := c.serverConfig(cfg, dev)
 		if err != nil {
 			c.UI.Error("Error: " + err.Error())

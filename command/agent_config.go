@@ -86,6 +86,11 @@ type ServerBlock struct {
 	// CSICallTimeout bounds each call of a release or publish step to a
 	// client agent (a duration; default 30s).
 	CSICallTimeout string `hcl:"csi_call_timeout,optional"`
+	// GCHeapBudget is the heap the Go garbage collector lets the server's
+	// process grow to between collections (a size: "2GiB", "512MB"); "0"
+	// leaves GOGC at Go's default. Unset is a quarter of the memory the
+	// process may use. See package gctune.
+	GCHeapBudget string `hcl:"gc_heap_budget,optional"`
 }
 
 // RaftLogStoreBlock is the server's raft_logstore block.
@@ -192,6 +197,9 @@ func (c *AgentConfig) validate() error {
 		}
 		if s.JobMaxGroupCount < 0 || s.JobMaxGroupCount > structs.MaxGroupCountCeiling {
 			return fmt.Errorf("server.job_max_group_count must be between 1 and %d (got %d)", structs.MaxGroupCountCeiling, s.JobMaxGroupCount)
+		}
+		if _, _, err := gcHeapBudget(s.GCHeapBudget); err != nil {
+			return err
 		}
 		for i, t := range s.NodeIntroTokens {
 			if len(t) < 16 {

@@ -186,6 +186,8 @@ func TestAgentConfig_Errors(t *testing.T) {
 		{"zero release delay", `server { csi_release_max_delay = "0" }`, `server.csi_release_max_delay "0": must be a positive duration`},
 		{"bad call timeout", `server { csi_call_timeout = "soon" }`, `server.csi_call_timeout "soon"`},
 
+		{"bad gc budget", `server { gc_heap_budget = "lots" }`, `server.gc_heap_budget "lots" is not a size`},
+		{"negative gc budget", `server { gc_heap_budget = "-1GiB" }`, `server.gc_heap_budget "-1GiB" is not a size`},
 		{"bad gc threshold", `server { node_gc_threshold = "a day" }`, `server.node_gc_threshold "a day"`},
 		{"raft multiplier zero", `server { raft_multiplier = 0 }`, `raft_multiplier cannot be 0. Must be between 1 and 10`},
 		{"raft multiplier too high", `server { raft_multiplier = 11 }`, `raft_multiplier cannot be 11. Must be between 1 and 10`},

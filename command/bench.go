@@ -228,6 +228,13 @@ Options:
   -raft-logstore=B   The Raft log backend of every cluster, volplane's and
                      the bare raft baseline: wal or boltdb (default: the
                      servers' default, wal).
+  -gc-heap-budget=SIZE
+                     The heap budget of the collector's tuner, as a server
+                     agent's server.gc_heap_budget: for this process, whose
+                     collector the in-process clusters and their baselines
+                     share, and for the agents the http, http-nomad and
+                     failover phases start (default: the agents' default,
+                     a quarter of the memory; 0: Go's default GOGC).
   -binary=PATH       The volplane binary whose agents the http and failover
                      phases run (default: this one).
   -nomad-binary=PATH The Nomad binary whose agents the http-nomad phase
@@ -298,6 +305,7 @@ func (c *BenchCommand) Run(args []string) int {
 	f.IntVar(&cfg.FailoverRounds, "failover-rounds", cfg.FailoverRounds, "")
 	f.IntVar(&cfg.RaftMultiplier, "raft-multiplier", 0, "")
 	f.StringVar(&cfg.RaftLogStore, "raft-logstore", "", "")
+	f.StringVar(&cfg.GCHeapBudget, "gc-heap-budget", "", "")
 	f.StringVar(&cfg.Binary, "binary", "", "")
 	f.StringVar(&cfg.NomadBinary, "nomad-binary", "", "")
 	f.StringVar(&phases, "phases", strings.Join(cfg.Phases, ","), "")

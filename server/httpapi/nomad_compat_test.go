@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -234,6 +235,10 @@ func TestAgentRoutes(t *testing.T) {
 	must.Eq(t, "true", self.Stats["nomad"]["leader"])
 	must.Eq(t, map[string]string{"state": "Leader", "applied_index": "12", "num_peers": "1", "known_leader": "true"},
 		self.Stats["raft"]) // the peers as the configuration counts them
+	// The collector's GOGC as the runtime has it (a server agent's tuner may
+	// have raised it; nothing in this test process does).
+	must.Eq(t, strconv.FormatUint(gcPercent(), 10), self.Stats["runtime"]["gc_percent"])
+	must.NotEq(t, "0", self.Stats["runtime"]["gc_percent"])
 
 	rec := do(t, h, http.MethodGet, "/v1/regions", "")
 	must.Eq(t, `["west"]`+"\n", rec.Body.String())
