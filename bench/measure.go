@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime/metrics"
+	"runtime/trace"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -47,7 +48,9 @@ func drive(ctx context.Context, ops, conc int, op func(i int) error) ([]time.Dur
 					return
 				}
 				t0 := time.Now()
+				region := trace.StartRegion(ctx, "bench op") // for -trace; free without it
 				err := op(i)
+				region.End()
 				// An election while the load runs (a leader that lost its
 				// quorum on a loaded machine) answers "no leader": nothing
 				// was committed, and a client sends the call again. The

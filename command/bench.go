@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"syscall"
@@ -259,6 +260,10 @@ Options:
   -memprofile=FILE   Write an allocation profile of the whole run at its
                      end (pprof -sample_index=alloc_space), with the same
                      labels.
+  -trace=FILE        Write an execution trace of the whole run (go tool
+                     trace): what ran, and what waited, when a call was
+                     slow. Keep the run short; a trace grows by megabytes
+                     a second.
   -log-level=LEVEL   Log level of the servers and Raft, to stderr (default
                      error).
 `, bench.TargetThroughputRatio, bench.TargetP99Ratio, bench.ClaimTargetThroughputRatio, bench.TargetP99Ratio,
@@ -276,8 +281,8 @@ Options:
 func (c *BenchCommand) Run(args []string) int {
 	cfg := bench.DefaultConfig()
 	var (
-		listSizes, phases, cpuProfile, memProfile, logLevel string
-		asJSON, strict                                      bool
+		listSizes, phases, cpuProfile, memProfile, traceFile, logLevel string
+		asJSON, strict                                                 bool
 	)
 	f := c.FlagSet("bench", 0)
 	f.IntVar(&cfg.Ops, "ops", cfg.Ops, "")
@@ -315,6 +320,7 @@ func (c *BenchCommand) Run(args []string) int {
 	f.BoolVar(&strict, "strict", false, "")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "")
 	f.StringVar(&memProfile, "memprofile", "", "")
+	f.StringVar(&traceFile, "trace", "", "")
 	f.StringVar(&logLevel, "log-level", "error", "")
 	if ok, code := c.Parse(c, f, args); !ok {
 		return code
@@ -363,6 +369,20 @@ func (c *BenchCommand) Run(args []string) int {
 			return 1
 		}
 		defer pprof.StopCPUProfile()
+	}
+
+	if traceFile != "" {
+		out, err := os.Create(traceFile)
+		if err != nil {
+			c.Ui.Error("Error: " + err.Error())
+			return 1
+		}
+		defer out.Close()
+		if err := trace.Start(out); err != nil {
+			c.Ui.Error("Error starting the execution trace: " + err.Error())
+			return 1
+		}
+		defer trace.Stop()
 	}
 
 	if memProfile != "" {
