@@ -79,6 +79,11 @@ Usage: volplane agent [options]
   in the config file; SIGHUP reloads the certificates it names. To run the
   ACL bootstrap again, write the reset index its refusal names into
   <data_dir>/server/acl-bootstrap-reset on the leader.
+
+  A server agent sets the Go collector's GOGC after every collection so
+  that its heap may grow to a budget between collections (100 to 400):
+  server { gc_heap_budget = "2GiB" }, by default a quarter of the memory
+  the process may use; "0", or GOGC in the environment, leaves it alone.
 `)
 }
 
