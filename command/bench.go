@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -357,32 +358,23 @@ func (c *BenchCommand) Run(args []string) int {
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "bench", Level: level, Output: os.Stderr})
 	cfg.Progress = uiLineWriter{c.Ui}
 
-	if cpuProfile != "" {
-		out, err := os.Create(cpuProfile)
+	for _, rec := range []struct {
+		path, what string
+		start      func(io.Writer) error
+		stop       func()
+	}{
+		{cpuProfile, "the CPU profile", pprof.StartCPUProfile, pprof.StopCPUProfile},
+		{traceFile, "the execution trace", trace.Start, trace.Stop},
+	} {
+		if rec.path == "" {
+			continue
+		}
+		stop, err := startRecording(rec.path, rec.start, rec.stop)
 		if err != nil {
-			c.Ui.Error("Error: " + err.Error())
+			c.Ui.Error(fmt.Sprintf("Error starting %s: %v", rec.what, err))
 			return 1
 		}
-		defer out.Close()
-		if err := pprof.StartCPUProfile(out); err != nil {
-			c.Ui.Error("Error starting the CPU profile: " + err.Error())
-			return 1
-		}
-		defer pprof.StopCPUProfile()
-	}
-
-	if traceFile != "" {
-		out, err := os.Create(traceFile)
-		if err != nil {
-			c.Ui.Error("Error: " + err.Error())
-			return 1
-		}
-		defer out.Close()
-		if err := trace.Start(out); err != nil {
-			c.Ui.Error("Error starting the execution trace: " + err.Error())
-			return 1
-		}
-		defer trace.Stop()
+		defer stop()
 	}
 
 	if memProfile != "" {
@@ -463,4 +455,22 @@ func parseInts(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// startRecording creates path and starts a recording (the CPU profile, the
+// execution trace) into it; the returned function stops it and closes the
+// file.
+func startRecording(path string, start func(io.Writer) error, stop func()) (func(), error) {
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := start(out); err != nil {
+		out.Close()
+		return nil, err
+	}
+	return func() {
+		stop()
+		out.Close()
+	}, nil
 }

@@ -44,83 +44,46 @@ func meminfo(kb int) *fstest.MapFile {
 }
 
 func TestAvailable(t *testing.T) {
-	v1Cgroup := &fstest.MapFile{Data: []byte("9:name=systemd:/\n4:memory:/process_api/abc\n0::/\n")}
-	v2Cgroup := &fstest.MapFile{Data: []byte("0::/system.slice/volplane.service\n")}
+	const (
+		v1Cgroup = "9:name=systemd:/\n4:memory:/process_api/abc\n0::/\n"
+		v1File   = "sys/fs/cgroup/memory/process_api/abc/memory.limit_in_bytes"
+		v2Cgroup = "0::/system.slice/volplane.service\n"
+		v2File   = "sys/fs/cgroup/system.slice/volplane.service/memory.max"
+		machine  = "the machine's memory (8192 MiB)"
+	)
 	for _, tc := range []struct {
-		name     string
-		files    fstest.MapFS
-		limit    int64
-		want     uint64
-		wantFrom string
-	}{{
-		name:     "machine only",
-		files:    fstest.MapFS{"proc/meminfo": meminfo(8 << 20)},
-		limit:    math.MaxInt64,
-		want:     8 << 30,
-		wantFrom: "the machine's memory (8192 MiB)",
-	}, {
-		name: "v1 cgroup of the process",
-		files: fstest.MapFS{
-			"proc/meminfo":     meminfo(8 << 20),
-			"proc/self/cgroup": v1Cgroup,
-			"sys/fs/cgroup/memory/process_api/abc/memory.limit_in_bytes": {Data: []byte("2147483648\n")},
-		},
-		limit:    math.MaxInt64,
-		want:     2 << 30,
-		wantFrom: "the cgroup's memory limit (2048 MiB, /sys/fs/cgroup/memory/process_api/abc/memory.limit_in_bytes)",
-	}, {
-		name: "v1 without a limit",
-		files: fstest.MapFS{
-			"proc/meminfo":     meminfo(8 << 20),
-			"proc/self/cgroup": v1Cgroup,
-			"sys/fs/cgroup/memory/process_api/abc/memory.limit_in_bytes": {Data: []byte("9223372036854771712\n")},
-		},
-		limit:    math.MaxInt64,
-		want:     8 << 30,
-		wantFrom: "the machine's memory (8192 MiB)",
-	}, {
-		name: "v2 cgroup of the process",
-		files: fstest.MapFS{
-			"proc/meminfo":     meminfo(8 << 20),
-			"proc/self/cgroup": v2Cgroup,
-			"sys/fs/cgroup/system.slice/volplane.service/memory.max": {Data: []byte("1073741824\n")},
-		},
-		limit:    math.MaxInt64,
-		want:     1 << 30,
-		wantFrom: "the cgroup's memory limit (1024 MiB, /sys/fs/cgroup/system.slice/volplane.service/memory.max)",
-	}, {
-		name: "v2 max",
-		files: fstest.MapFS{
-			"proc/meminfo":     meminfo(8 << 20),
-			"proc/self/cgroup": v2Cgroup,
-			"sys/fs/cgroup/system.slice/volplane.service/memory.max": {Data: []byte("max\n")},
-		},
-		limit:    math.MaxInt64,
-		want:     8 << 30,
-		wantFrom: "the machine's memory (8192 MiB)",
-	}, {
-		name: "namespaced v2 root",
-		files: fstest.MapFS{
-			"proc/meminfo":             meminfo(8 << 20),
-			"proc/self/cgroup":         &fstest.MapFile{Data: []byte("0::/\n")},
-			"sys/fs/cgroup/memory.max": {Data: []byte("536870912\n")},
-		},
-		limit:    math.MaxInt64,
-		want:     512 << 20,
-		wantFrom: "the cgroup's memory limit (512 MiB, /sys/fs/cgroup/memory.max)",
-	}, {
-		name: "GOMEMLIMIT below the cgroup's",
-		files: fstest.MapFS{
-			"proc/meminfo":     meminfo(8 << 20),
-			"proc/self/cgroup": v2Cgroup,
-			"sys/fs/cgroup/system.slice/volplane.service/memory.max": {Data: []byte("1073741824\n")},
-		},
-		limit:    256 << 20,
-		want:     256 << 20,
-		wantFrom: "GOMEMLIMIT (256 MiB)",
-	}} {
+		name                     string
+		cgroup, limitFile, limit string
+		runtimeLimit             int64
+		want                     uint64
+		wantFrom                 string
+	}{
+		{name: "machine only", want: 8 << 30, wantFrom: machine},
+		{name: "v1 cgroup of the process", cgroup: v1Cgroup, limitFile: v1File, limit: "2147483648",
+			want: 2 << 30, wantFrom: "the cgroup's memory limit (2048 MiB, /" + v1File + ")"},
+		{name: "v1 without a limit", cgroup: v1Cgroup, limitFile: v1File, limit: "9223372036854771712",
+			want: 8 << 30, wantFrom: machine},
+		{name: "v2 cgroup of the process", cgroup: v2Cgroup, limitFile: v2File, limit: "1073741824",
+			want: 1 << 30, wantFrom: "the cgroup's memory limit (1024 MiB, /" + v2File + ")"},
+		{name: "v2 max", cgroup: v2Cgroup, limitFile: v2File, limit: "max", want: 8 << 30, wantFrom: machine},
+		{name: "namespaced v2 root", cgroup: "0::/\n", limitFile: "sys/fs/cgroup/memory.max", limit: "536870912",
+			want: 512 << 20, wantFrom: "the cgroup's memory limit (512 MiB, /sys/fs/cgroup/memory.max)"},
+		{name: "GOMEMLIMIT below the cgroup's", cgroup: v2Cgroup, limitFile: v2File, limit: "1073741824",
+			runtimeLimit: 256 << 20, want: 256 << 20, wantFrom: "GOMEMLIMIT (256 MiB)"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, from, err := available(tc.files, tc.limit)
+			files := fstest.MapFS{"proc/meminfo": meminfo(8 << 20)}
+			if tc.cgroup != "" {
+				files["proc/self/cgroup"] = &fstest.MapFile{Data: []byte(tc.cgroup)}
+			}
+			if tc.limitFile != "" {
+				files[tc.limitFile] = &fstest.MapFile{Data: []byte(tc.limit + "\n")}
+			}
+			runtimeLimit := tc.runtimeLimit
+			if runtimeLimit == 0 {
+				runtimeLimit = math.MaxInt64 // no GOMEMLIMIT
+			}
+			got, from, err := available(files, runtimeLimit)
 			if err != nil {
 				t.Fatal(err)
 			}
