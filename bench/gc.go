@@ -28,11 +28,7 @@ func startGCTuning(cfg *Config, rep *Report) func() {
 		rep.Config.GCTuning = "off: " + err.Error()
 		return func() {}
 	}
-	from := "configured"
-	if budget == 0 {
-		_, from, _ = gctune.DefaultBudget()
-	}
 	rep.Config.GCTuning = fmt.Sprintf("GOGC %d-%d for a heap budget of %d MiB (%s), as server agents",
-		gctune.MinPercent, gctune.DefaultMaxPercent, t.Budget()>>20, from)
+		gctune.MinPercent, gctune.DefaultMaxPercent, t.Budget()>>20, t.BudgetFrom())
 	return t.Stop
 }

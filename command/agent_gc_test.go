@@ -3,7 +3,6 @@ package command
 import (
 	"os"
 	"path/filepath"
-	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -26,12 +25,6 @@ func TestGCHeapBudget(t *testing.T) {
 	must.True(t, off)
 }
 
-func gogcNow() int {
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-	metrics.Read(s)
-	return int(s[0].Value.Uint64())
-}
-
 // TestAgentCommand_GCTuning: a server agent tunes the collector while it
 // runs (a development agent's heap is far below a quarter of any machine's
 // memory, so GOGC is the tuner's most) and puts GOGC back when it stops;
@@ -40,7 +33,7 @@ func TestAgentCommand_GCTuning(t *testing.T) {
 	if _, ok := os.LookupEnv("GOGC"); ok {
 		t.Skip("GOGC is set in the environment: the agent leaves the collector to it")
 	}
-	before := gogcNow()
+	before := gctune.GCPercent()
 	run := func(t *testing.T, args []string, want int) {
 		ui := cli.NewMockUi()
 		stop := make(chan struct{})
@@ -51,11 +44,11 @@ func TestAgentCommand_GCTuning(t *testing.T) {
 			return ui.OutputWriter.String() != "", nil
 		})
 		testutil.WaitForResult(t, 10*time.Second, func() (bool, error) {
-			return gogcNow() == want, nil
+			return gctune.GCPercent() == want, nil
 		})
 		close(stop)
 		must.Eq(t, 0, <-done, must.Sprint(ui.ErrorWriter.String()))
-		must.Eq(t, before, gogcNow(), must.Sprint("GOGC after the agent stopped"))
+		must.Eq(t, before, gctune.GCPercent(), must.Sprint("GOGC after the agent stopped"))
 	}
 	t.Run("tuned", func(t *testing.T) {
 		run(t, []string{"-dev", "-http-port", "0", "-rpc-port", "0", "-log-level", "error"}, gctune.DefaultMaxPercent)

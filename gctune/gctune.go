@@ -82,6 +82,7 @@ func Percent(live, budget uint64, maxPercent int) int {
 // Tuner adjusts GOGC after every collection until Stop.
 type Tuner struct {
 	budget     uint64
+	from       string
 	maxPercent int
 	prev       int
 
@@ -126,6 +127,7 @@ func Start(cfg Config) (t *Tuner, err error) {
 	}
 	t = &Tuner{
 		budget:     budget,
+		from:       from,
 		maxPercent: maxPercent,
 		sample:     []metrics.Sample{{Name: "/gc/heap/live:bytes"}},
 	}
@@ -186,6 +188,21 @@ func (t *Tuner) Percent() int { return int(t.percent.Load()) }
 
 // Budget is the heap goal the tuner aims at.
 func (t *Tuner) Budget() uint64 { return t.budget }
+
+// BudgetFrom says where the budget came from: "configured", or the share
+// of the memory DefaultBudget found and where.
+func (t *Tuner) BudgetFrom() string { return t.from }
+
+// GCPercent is the collector's GOGC as the runtime has it now: the
+// environment's, Go's default, or what a tuner set.
+func GCPercent() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int(s[0].Value.Uint64())
+}
 
 // Tunes counts the times the tuner has run: once at Start and once after
 // every collection since.

@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"runtime"
-	"runtime/metrics"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -106,14 +105,6 @@ func TestAvailable_Errors(t *testing.T) {
 	}
 }
 
-// gogc reads the collector's GOGC as the runtime has it.
-func gogc(t *testing.T) int {
-	t.Helper()
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-	metrics.Read(s)
-	return int(s[0].Value.Uint64())
-}
-
 // afterNextFinalizers runs a collection and waits until a finalizer queued
 // by it has run: the tuner's, queued by the same collection and run by the
 // same goroutine, has then been given its turn too.
@@ -135,7 +126,7 @@ func TestStart(t *testing.T) {
 	if _, ok := os.LookupEnv("GOGC"); ok {
 		t.Skip("GOGC is set in this test's environment; TestStart_EnvSet covers it")
 	}
-	before := gogc(t)
+	before := GCPercent()
 
 	// A budget far above the heap: the most the tuner allows.
 	tu, err := Start(Config{Budget: 1 << 40, MaxPercent: 300})
@@ -146,7 +137,7 @@ func TestStart(t *testing.T) {
 	if _, err := Start(Config{Budget: 1 << 40}); !errors.Is(err, ErrRunning) {
 		t.Fatalf("a second tuner started beside the first: %v", err)
 	}
-	if got := gogc(t); got != 300 || tu.Percent() != 300 {
+	if got := GCPercent(); got != 300 || tu.Percent() != 300 {
 		t.Fatalf("GOGC %d (tuner says %d), want 300 with a budget far above the heap", got, tu.Percent())
 	}
 	tunes := tu.Tunes()
@@ -156,13 +147,13 @@ func TestStart(t *testing.T) {
 	})
 
 	tu.Stop()
-	if got := gogc(t); got != before {
+	if got := GCPercent(); got != before {
 		t.Fatalf("GOGC %d after Stop, want %d as before Start", got, before)
 	}
 	stopped := tu.Tunes()
 	afterNextFinalizers(t)
 	afterNextFinalizers(t)
-	if got := gogc(t); got != before || tu.Tunes() != stopped {
+	if got := GCPercent(); got != before || tu.Tunes() != stopped {
 		t.Fatalf("after Stop and two collections: GOGC %d (want %d), tuned %d times (want %d)", got, before, tu.Tunes(), stopped)
 	}
 
@@ -172,7 +163,7 @@ func TestStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tu2.Stop()
-	if got := gogc(t); got != MinPercent {
+	if got := GCPercent(); got != MinPercent {
 		t.Fatalf("GOGC %d with a budget below the heap, want %d", got, MinPercent)
 	}
 }
@@ -182,11 +173,11 @@ func TestStart_Refusals(t *testing.T) {
 		t.Error("a max percent below 100 was taken")
 	}
 	t.Setenv("GOGC", "200")
-	before := gogc(t)
+	before := GCPercent()
 	if _, err := Start(Config{Budget: 1 << 30}); !errors.Is(err, ErrEnvSet) {
 		t.Errorf("Start with GOGC set = %v, want ErrEnvSet", err)
 	}
-	if got := gogc(t); got != before {
+	if got := GCPercent(); got != before {
 		t.Errorf("a refused Start changed GOGC to %d from %d", got, before)
 	}
 }

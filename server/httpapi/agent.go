@@ -4,9 +4,9 @@ import (
 	"net"
 	"net/http"
 	"runtime"
-	"runtime/metrics"
 	"strconv"
 
+	"github.com/volplane/volplane/gctune"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -152,7 +152,7 @@ func (h *handler) agentSelf(w http.ResponseWriter, r *http.Request) (any, error)
 			"raft": raftStats(info),
 			"runtime": {"arch": runtime.GOARCH, "os": runtime.GOOS, "version": runtime.Version(),
 				"goroutines": strconv.Itoa(runtime.NumGoroutine()), "max_procs": strconv.Itoa(runtime.GOMAXPROCS(0)),
-				"cpu_count": strconv.Itoa(runtime.NumCPU()), "gc_percent": strconv.FormatUint(gcPercent(), 10)},
+				"cpu_count": strconv.Itoa(runtime.NumCPU()), "gc_percent": strconv.Itoa(gctune.GCPercent())},
 		},
 	}, nil
 }
@@ -254,16 +254,4 @@ func (h *handler) schedulerConfiguration(w http.ResponseWriter, r *http.Request)
 func hostVolumeList(w http.ResponseWriter) (any, error) {
 	setLocalMeta(w, true)
 	return []struct{}{}, nil
-}
-
-// gcPercent is the collector's GOGC as the runtime has it now: the
-// environment's, Go's default, or what a server agent's tuner set (package
-// gctune).
-func gcPercent() uint64 {
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
-	}
-	return s[0].Value.Uint64()
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/volplane/volplane/gctune"
 	"github.com/volplane/volplane/structs"
 )
 
@@ -237,7 +238,7 @@ func TestAgentRoutes(t *testing.T) {
 		self.Stats["raft"]) // the peers as the configuration counts them
 	// The collector's GOGC as the runtime has it (a server agent's tuner may
 	// have raised it; nothing in this test process does).
-	must.Eq(t, strconv.FormatUint(gcPercent(), 10), self.Stats["runtime"]["gc_percent"])
+	must.Eq(t, strconv.Itoa(gctune.GCPercent()), self.Stats["runtime"]["gc_percent"])
 	must.NotEq(t, "0", self.Stats["runtime"]["gc_percent"])
 
 	rec := do(t, h, http.MethodGet, "/v1/regions", "")
